@@ -1,0 +1,423 @@
+//! `Client`: the connection pool, the settings and the background threads that all locks of
+//! one Redis share; and its `Builder`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::keys;
+use crate::mutex::Mutex;
+use crate::pool::{ConnectionManager, Pool};
+use crate::renewal::Renewal;
+use crate::stats::{Counters, Stats};
+use crate::token::TokenSource;
+
+/// The longest lease accepted: 365 days.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A handle to one Redis deployment, from which locks are made.
+///
+/// A `Client` owns a pool of connections and, once a lock needs it, one renewal thread. It is
+/// cheap to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
+/// Building one makes no connection; the first operation connects, and fails with a
+/// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
+/// cannot be reached.
+///
+/// The background thread ends by itself when the last clone of the client, and every
+/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] ends it at once and
+/// waits for it.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redmutex::Client::builder()
+///     .pool_size(8)
+///     .response_timeout(Duration::from_secs(1))
+///     .key_prefix("billing")
+///     .open("redis://127.0.0.1/")?;
+/// let _guard = client.mutex("invoice:2026-11").lock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    shared: Arc<ClientShared>,
+}
+
+/// What every handle made from one client shares.
+pub(crate) struct ClientShared {
+    /// Names the client in this process's per-thread hold maps.
+    pub(crate) id: u64,
+    pub(crate) config: Config,
+    pub(crate) pool: Pool,
+    pub(crate) renewal: Renewal,
+    pub(crate) tokens: TokenSource,
+    pub(crate) counters: Counters,
+    /// Where the client connects, without credentials, for `Debug`.
+    address: String,
+}
+
+impl ClientShared {
+    /// Runs one call that is safe to repeat, once more on a fresh connection when the
+    /// connection dropped under it (a Redis restart leaves every pooled connection dead).
+    pub(crate) fn call<T>(
+        &self,
+        context: &str,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let first = self.call_once(context, &f);
+        match first {
+            Err(e) if e.is_connection() && !e.is_checkout() => self.call_once(context, &f),
+            other => other,
+        }
+    }
+
+    /// Runs one call on a pooled connection.
+    pub(crate) fn call_once<T>(
+        &self,
+        context: &str,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut conn = self.pool.get()?;
+        conn.call(f).map_err(|e| Error::from_redis(context, e))
+    }
+}
+
+/// The validated settings of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) pool_size: u32,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) default_lease: Duration,
+    pub(crate) renewal_interval: Duration,
+    pub(crate) key_prefix: String,
+    pub(crate) backoff_base: Duration,
+    pub(crate) backoff_cap: Duration,
+}
+
+impl Client {
+    /// Makes a client with the default settings for the Redis at `url`
+    /// (`redis://[user:password@]host[:port][/db]`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when the URL cannot be parsed.
+    /// Nothing is connected yet.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1:6379/0")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn open<T: redis::IntoConnectionInfo>(url: T) -> Result<Client> {
+        Builder::new().open(url)
+    }
+
+    /// Starts building a client with settings of your own.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// A handle to the lock called `name`. Cheap; nothing is sent to Redis.
+    ///
+    /// The name is checked here but an invalid one (empty, or longer than
+    /// [`MAX_NAME_LEN`](crate::MAX_NAME_LEN) bytes) is reported by the first operation on the
+    /// handle, as an [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument), so
+    /// that `client.mutex(name).lock()?` reads naturally.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let stock = client.mutex("stock:sku-42");
+    /// let guard = stock.lock()?;
+    /// println!("fencing token {}", guard.fencing_token());
+    /// # Ok(()) }
+    /// ```
+    pub fn mutex(&self, name: impl AsRef<str>) -> Mutex {
+        Mutex::new(Arc::clone(&self.shared), name.as_ref())
+    }
+
+    /// Counters of what this client (and its clones) did so far; see [`Stats`].
+    pub fn stats(&self) -> Stats {
+        self.shared.counters.snapshot(&self.shared.renewal)
+    }
+
+    /// Stops the renewal thread now and waits for it to end.
+    ///
+    /// Call it when the program is done with locks and wants no thread left behind. Locks
+    /// still held are no longer renewed and expire after their lease; their guards report
+    /// the lease lost then. A later lock through a clone of this client starts the thread
+    /// again.
+    pub fn shutdown(self) {
+        self.shared.renewal.shutdown();
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("address", &self.shared.address)
+            .field("client_id", &self.shared.tokens.client_uuid())
+            .field("key_prefix", &self.shared.config.key_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Settings for a [`Client`]; start with [`Client::builder`].
+///
+/// Every setting has a default fit for most services; [`open`](Builder::open) checks them
+/// all and reports a value out of range as an [`ErrorKind::Config`](crate::ErrorKind::Config)
+/// error, never a panic.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redmutex::Client::builder()
+///     .default_lease(Duration::from_secs(10))
+///     .renewal_interval(Duration::from_secs(2))
+///     .backoff(Duration::from_millis(5), Duration::from_millis(200))
+///     .open("redis://127.0.0.1/")?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    pool_size: u32,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    default_lease: Duration,
+    renewal_interval: Option<Duration>,
+    key_prefix: String,
+    backoff_base: Duration,
+    backoff_cap: Duration,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// A builder with every setting at its default.
+    pub fn new() -> Self {
+        Builder {
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(3),
+            default_lease: Duration::from_secs(30),
+            renewal_interval: None,
+            key_prefix: "redmutex".to_owned(),
+            backoff_base: Duration::from_millis(10),
+            backoff_cap: Duration::from_millis(500),
+        }
+    }
+
+    /// The most connections the pool holds; each in-flight call uses one.
+    ///
+    /// Defaults to 16. Must be at least 1.
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size;
+        self
+    }
+
+    /// How long making a connection, or waiting for a free pooled one, may take.
+    ///
+    /// Defaults to 5 seconds. Must not be zero.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long Redis may take to answer one call before it fails with
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
+    ///
+    /// Defaults to 3 seconds. Must not be zero.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// The lease of locks taken without a fixed lease: how long a lock outlives a holder that
+    /// died. The renewal thread keeps it from running out while the holder lives.
+    ///
+    /// Defaults to 30 seconds. Must be at least 1 ms and at most [`MAX_LEASE`].
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How often the renewal thread renews the leases of held locks.
+    ///
+    /// Defaults to a third of the default lease. Must not be zero and must be below the
+    /// default lease.
+    pub fn renewal_interval(mut self, interval: Duration) -> Self {
+        self.renewal_interval = Some(interval);
+        self
+    }
+
+    /// The prefix of every Redis key the client writes (`<prefix>:{<name>}`…).
+    ///
+    /// Defaults to `redmutex`. Must be 1 to 256 bytes, without `{` or `}`.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// The delays between attempts of a contended acquire: the n-th delay is random in
+    /// `[0, min(cap, base × 2ⁿ)]`, and never past the lock's remaining lease nor the
+    /// caller's deadline.
+    ///
+    /// Defaults to a base of 10 ms and a cap of 500 ms. The base must not be zero and the cap
+    /// must not be below the base.
+    pub fn backoff(mut self, base: Duration, cap: Duration) -> Self {
+        self.backoff_base = base;
+        self.backoff_cap = cap;
+        self
+    }
+
+    fn validate(&self) -> Result<Config> {
+        if self.pool_size == 0 {
+            return Err(Error::config("pool size must be at least 1"));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::config("connect timeout must not be zero"));
+        }
+        if self.response_timeout.is_zero() {
+            return Err(Error::config("response timeout must not be zero"));
+        }
+        crate::mutex::validate_lease(self.default_lease)
+            .map_err(|e| Error::config(format!("default lease: {e}")))?;
+        let renewal_interval = self.renewal_interval.unwrap_or(self.default_lease / 3);
+        if renewal_interval.is_zero() {
+            return Err(Error::config("renewal interval must not be zero"));
+        }
+        if renewal_interval >= self.default_lease {
+            return Err(Error::config(format!(
+                "renewal interval ({renewal_interval:?}) must be below the default lease ({:?})",
+                self.default_lease
+            )));
+        }
+        keys::validate_prefix(&self.key_prefix)?;
+        if self.backoff_base.is_zero() {
+            return Err(Error::config("backoff base must not be zero"));
+        }
+        if self.backoff_cap < self.backoff_base {
+            return Err(Error::config(
+                "backoff cap must not be below the backoff base",
+            ));
+        }
+        Ok(Config {
+            pool_size: self.pool_size,
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            default_lease: self.default_lease,
+            renewal_interval,
+            key_prefix: self.key_prefix.clone(),
+            backoff_base: self.backoff_base,
+            backoff_cap: self.backoff_cap,
+        })
+    }
+
+    /// Checks the settings and makes the client for the Redis at `url`. Connects to nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range or the
+    /// URL cannot be parsed.
+    pub fn open<T: redis::IntoConnectionInfo>(self, url: T) -> Result<Client> {
+        let config = self.validate()?;
+        let info = url
+            .into_connection_info()
+            .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+        let address = info.addr().to_string();
+        let redis_client = redis::Client::open(info)
+            .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+        let manager = ConnectionManager::new(
+            redis_client,
+            config.connect_timeout,
+            config.response_timeout,
+        );
+        let pool = Pool::new(manager, config.pool_size, config.connect_timeout);
+        let renewal = Renewal::new(pool.clone(), config.renewal_interval, config.default_lease);
+        Ok(Client {
+            shared: Arc::new(ClientShared {
+                id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+                config,
+                pool,
+                renewal,
+                tokens: TokenSource::new(),
+                counters: Counters::default(),
+                address,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(b: Builder) -> Result<Config> {
+        b.validate()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = check(Builder::new()).unwrap();
+        assert_eq!(c.default_lease, Duration::from_secs(30));
+        assert_eq!(c.renewal_interval, Duration::from_secs(10));
+        assert_eq!(c.key_prefix, "redmutex");
+    }
+
+    #[test]
+    fn out_of_range_settings_are_config_errors() {
+        let cases = [
+            Builder::new().pool_size(0),
+            Builder::new().connect_timeout(Duration::ZERO),
+            Builder::new().response_timeout(Duration::ZERO),
+            Builder::new().default_lease(Duration::ZERO),
+            Builder::new().default_lease(Duration::from_micros(10)),
+            Builder::new().default_lease(MAX_LEASE + Duration::from_secs(1)),
+            Builder::new().renewal_interval(Duration::ZERO),
+            Builder::new().renewal_interval(Duration::from_secs(30)),
+            Builder::new().key_prefix(""),
+            Builder::new().key_prefix("a{b}"),
+            Builder::new().backoff(Duration::ZERO, Duration::from_secs(1)),
+            Builder::new().backoff(Duration::from_secs(2), Duration::from_secs(1)),
+        ];
+        for b in cases {
+            let dbg = format!("{b:?}");
+            let err = check(b).expect_err(&dbg);
+            assert!(err.is_config(), "{dbg}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_url_is_a_config_error_and_opening_connects_nothing() {
+        assert!(Client::open("not a url").unwrap_err().is_config());
+        // Nothing listens on port 1; opening still succeeds because it does not connect.
+        assert!(Client::open("redis://127.0.0.1:1/").is_ok());
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let client = Client::open("redis://user:s3cret-pw@127.0.0.1:6390/").unwrap();
+        let dbg = format!("{client:?}");
+        assert!(!dbg.contains("s3cret-pw"), "{dbg}");
+        assert!(dbg.contains("127.0.0.1"), "{dbg}");
+    }
+}

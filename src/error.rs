@@ -1,0 +1,249 @@
+//! The crate's one error type, its kinds and the mapping from Redis and pool errors.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::sync::Arc;
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, in broad strokes; see [`Error::kind`].
+///
+/// New kinds may be added in later versions, so a `match` needs a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No connection to Redis could be made or checked out of the pool within the connect
+    /// timeout, or the connection broke during a call.
+    Connection,
+    /// Redis did not answer within the response timeout. The outcome of the call is unknown to
+    /// the server's side; the crate has already cleaned up what it could.
+    Timeout,
+    /// An argument was rejected before anything was sent: an empty or oversized name, a zero
+    /// or oversized lease, …
+    InvalidArgument,
+    /// A [`Builder`](crate::Builder) setting is out of range.
+    Config,
+    /// A key of the lock exists but does not hold what a lock holds (a hash, a list, a string
+    /// with no expiry, a fencing counter that is not an integer). Nothing was changed.
+    WrongType,
+    /// The lease of a held lock ran out or the lock was taken away (deleted, overwritten or
+    /// force-unlocked) while it was held.
+    LockLost,
+    /// The calling thread does not hold the lock.
+    NotHeld,
+    /// Redis refused the credentials or the user lacks permission for a command the lock
+    /// needs (`WRONGPASS`, `NOAUTH`, `NOPERM`).
+    Auth,
+    /// Any other error reply from Redis (`OOM`, `READONLY`, `BUSY`, a script error, …).
+    Server,
+}
+
+impl ErrorKind {
+    fn describe(self) -> &'static str {
+        match self {
+            ErrorKind::Connection => "connection error",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::Config => "invalid configuration",
+            ErrorKind::WrongType => "wrong key type",
+            ErrorKind::LockLost => "lock lost",
+            ErrorKind::NotHeld => "lock not held",
+            ErrorKind::Auth => "authentication or permission error",
+            ErrorKind::Server => "error reply from redis",
+        }
+    }
+}
+
+/// The error of every fallible operation in this crate.
+///
+/// It carries a [`kind`](Error::kind), a human-readable message and, where there is one, the
+/// underlying error as [`source`](StdError::source). It is cheap to clone. No message ever
+/// contains a password.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// match client.mutex("report").try_lock() {
+///     Ok(Some(_guard)) => println!("acquired"),
+///     Ok(None) => println!("someone else holds it"),
+///     Err(e) if e.is_connection() || e.is_timeout() => println!("redis unavailable: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Error {
+    kind: ErrorKind,
+    message: String,
+    source: Option<Arc<dyn StdError + Send + Sync>>,
+    /// No connection could be had: nothing was sent.
+    at_checkout: bool,
+}
+
+impl Error {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+            at_checkout: false,
+        }
+    }
+
+    pub(crate) fn with_source(mut self, source: impl StdError + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        Error::new(ErrorKind::Config, message)
+    }
+
+    /// The broad category of the error.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Whether Redis could not be reached or the connection broke.
+    pub fn is_connection(&self) -> bool {
+        self.kind == ErrorKind::Connection
+    }
+
+    /// Whether Redis did not answer within the response timeout.
+    pub fn is_timeout(&self) -> bool {
+        self.kind == ErrorKind::Timeout
+    }
+
+    /// Whether an argument was rejected before anything was sent.
+    pub fn is_invalid_argument(&self) -> bool {
+        self.kind == ErrorKind::InvalidArgument
+    }
+
+    /// Whether a builder setting is out of range.
+    pub fn is_config(&self) -> bool {
+        self.kind == ErrorKind::Config
+    }
+
+    /// Whether a key of the lock holds a value that is not a lock.
+    pub fn is_wrong_type(&self) -> bool {
+        self.kind == ErrorKind::WrongType
+    }
+
+    /// Whether the lease ran out or the lock was taken away while held.
+    pub fn is_lock_lost(&self) -> bool {
+        self.kind == ErrorKind::LockLost
+    }
+
+    /// Whether the calling thread does not hold the lock.
+    pub fn is_not_held(&self) -> bool {
+        self.kind == ErrorKind::NotHeld
+    }
+
+    /// Whether Redis refused the credentials or a permission.
+    pub fn is_auth(&self) -> bool {
+        self.kind == ErrorKind::Auth
+    }
+
+    /// Maps an error of a Redis call. `context` says what was being done.
+    pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
+        let kind = redis_error_kind(&err);
+        Error::new(kind, format!("{context}: {err}")).with_source(err)
+    }
+
+    /// Marks an error that happened before anything was sent.
+    pub(crate) fn at_checkout(mut self) -> Self {
+        self.at_checkout = true;
+        self
+    }
+
+    pub(crate) fn is_checkout(&self) -> bool {
+        self.at_checkout
+    }
+
+    /// Whether the call that failed may still have been carried out by Redis.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        !self.at_checkout && matches!(self.kind, ErrorKind::Timeout | ErrorKind::Connection)
+    }
+}
+
+fn redis_error_kind(err: &redis::RedisError) -> ErrorKind {
+    if err.is_timeout() {
+        return ErrorKind::Timeout;
+    }
+    match err.code() {
+        Some("WRONGTYPE") => return ErrorKind::WrongType,
+        Some("WRONGPASS" | "NOAUTH" | "NOPERM") => return ErrorKind::Auth,
+        _ => {}
+    }
+    match err.kind() {
+        redis::ErrorKind::AuthenticationFailed => ErrorKind::Auth,
+        redis::ErrorKind::Io | redis::ErrorKind::Parse | redis::ErrorKind::Client => {
+            ErrorKind::Connection
+        }
+        redis::ErrorKind::InvalidClientConfig => ErrorKind::Config,
+        _ if err.is_connection_dropped() || err.is_connection_refusal() => ErrorKind::Connection,
+        _ => ErrorKind::Server,
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.describe(), self.message)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.kind)
+            .field("message", &self.message)
+            .finish()
+    }
+}
+
+impl StdError for Error {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_kind_and_message() {
+        let e = Error::invalid_argument("lock name is empty");
+        assert_eq!(e.to_string(), "invalid argument: lock name is empty");
+        assert!(e.is_invalid_argument());
+        assert!(!e.is_timeout());
+    }
+
+    #[test]
+    fn wrongtype_reply_maps_to_wrong_type() {
+        let err = redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "x",
+        ));
+        assert_eq!(redis_error_kind(&err), ErrorKind::Server);
+        let io = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "timed out",
+        ));
+        assert_eq!(redis_error_kind(&io), ErrorKind::Timeout);
+        let refused = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "refused",
+        ));
+        assert_eq!(redis_error_kind(&refused), ErrorKind::Connection);
+    }
+}

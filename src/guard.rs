@@ -1,0 +1,222 @@
+//! `MutexGuard`: proof of holding a lock; releases it when dropped.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::client::ClientShared;
+use crate::error::{Error, ErrorKind, Result};
+use crate::hold::Hold;
+use crate::lease::{LeaseWatch, LostReason};
+use crate::mutex::{millis, validate_lease};
+use crate::reentrancy;
+use crate::scripts;
+use crate::stats::Counters;
+
+/// A held lock. Dropping it releases the lock (the outermost guard of a re-entrant hold
+/// releases it in Redis; inner ones only count down).
+///
+/// A failed release in `drop` is logged with `log::warn!` and never panics; call
+/// [`unlock`](MutexGuard::unlock) to see the error instead. The guard is not `Send`: it
+/// belongs to the thread that locked.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.mutex("ledger").lock()?;
+/// let token = guard.fencing_token();
+/// // ... write to the ledger, passing `token` so it can refuse stale holders ...
+/// if guard.is_lost() {
+///     eprintln!("lease lost; the write may have overlapped another holder");
+/// }
+/// guard.unlock()?; // or just let it drop
+/// # let _ = token;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the Mutex will immediately unlock"]
+pub struct MutexGuard {
+    client: Arc<ClientShared>,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl MutexGuard {
+    pub(crate) fn new(client: Arc<ClientShared>, hold: Arc<Hold>) -> Self {
+        MutexGuard {
+            client,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this acquisition: strictly greater than that of every earlier
+    /// acquisition of the same lock name. Re-entrant guards share their outer guard's token.
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.fencing_token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// Whether the lease is known to be lost: renewal found the lock no longer ours, or the
+    /// lease ran out (by this machine's clock) without a successful renewal or extension.
+    /// Local, no round trip.
+    pub fn is_lost(&self) -> bool {
+        self.hold.lease.is_lost()
+    }
+
+    /// A handle that tells any thread when this lease is lost; see [`LeaseWatch`].
+    pub fn lease_watch(&self) -> LeaseWatch {
+        LeaseWatch::new(Arc::clone(&self.hold.lease))
+    }
+
+    /// Asks Redis whether the lock is still held by this holder. One round trip. Returns the
+    /// remaining lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when it is not (the guard then reports
+    /// [`is_lost`](Self::is_lost) too); connection and timeout errors.
+    pub fn verify(&self) -> Result<Duration> {
+        let keys = &self.hold.keys;
+        let ttl: i64 = self.client.call("verifying the lock", |c| {
+            scripts::CHECK
+                .key(&keys.lock)
+                .arg(&*self.hold.token)
+                .invoke(c)
+        })?;
+        match u64::try_from(ttl) {
+            Ok(ms) => Ok(Duration::from_millis(ms)),
+            Err(_) => Err(self.lost(LostReason::Taken)),
+        }
+    }
+
+    /// Sets the lock's remaining lease to `lease`, if it is still held. One round trip.
+    ///
+    /// Meant for a [fixed lease](crate::Mutex::with_lease) that turns out too short. On a
+    /// lock kept alive by the renewal thread, the next renewal sets the lease back to the
+    /// default lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for a lease under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); [`ErrorKind::LockLost`] when the lock is no longer
+    /// held (it is never re-created); connection and timeout errors.
+    pub fn extend(&self, lease: Duration) -> Result<()> {
+        validate_lease(lease)?;
+        if let Some(reason) = self.hold.lease.lost_reason() {
+            return Err(self.lost(reason));
+        }
+        let keys = &self.hold.keys;
+        let sent_at = Instant::now();
+        let extended: i64 = self.client.call("extending the lease", |c| {
+            scripts::EXTEND
+                .key(&keys.lock)
+                .arg(&*self.hold.token)
+                .arg(millis(lease))
+                .invoke(c)
+        })?;
+        if extended == 1 {
+            self.hold.lease.renewed(sent_at, lease);
+            Ok(())
+        } else {
+            Err(self.lost(LostReason::Taken))
+        }
+    }
+
+    /// Releases the lock now and reports how that went.
+    ///
+    /// # Errors
+    ///
+    /// - [`ErrorKind::LockLost`]: the lease had run out or the lock was taken away before
+    ///   the release; whoever holds it now is left alone.
+    /// - Connection and timeout errors: the release may not have happened; the lock then
+    ///   expires with its lease (it is no longer renewed).
+    pub fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn lost(&self, reason: LostReason) -> Error {
+        if self.hold.lease.mark_lost(reason.clone()) {
+            Counters::add(&self.client.counters.lost, 1);
+        }
+        Error::new(
+            ErrorKind::LockLost,
+            format!("lock {:?}: {}", self.hold.name, reason.describe()),
+        )
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        if !reentrancy::exit(self.client.id, &self.hold.lock_key) {
+            return Ok(());
+        }
+        if let Some(id) = self.hold.renewal_id {
+            self.client.renewal.cancel(id);
+        }
+        let result = self.release_in_redis();
+        self.hold.lease.mark_released();
+        result
+    }
+
+    fn release_in_redis(&self) -> Result<()> {
+        let lost_before = self.hold.lease.lost_reason();
+        let mut reply = self.send_release();
+        if reply.as_ref().is_err_and(Error::outcome_unknown) {
+            // The first attempt may or may not have run; compare-and-delete is idempotent.
+            let retry = self.send_release();
+            reply = match retry {
+                Ok(0) if lost_before.is_none() => Ok(1),
+                other => other,
+            };
+        }
+        match reply {
+            Ok(1) => {
+                Counters::add(&self.client.counters.releases, 1);
+                Ok(())
+            }
+            Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn send_release(&self) -> Result<i64> {
+        let keys = &self.hold.keys;
+        self.client.call_once("releasing the lock", |c| {
+            scripts::RELEASE
+                .key(&keys.lock)
+                .arg(&*self.hold.token)
+                .arg(&keys.channel)
+                .invoke(c)
+        })
+    }
+}
+
+impl Drop for MutexGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            log::warn!("redmutex: releasing lock {:?} failed: {e}", self.hold.name);
+        }
+    }
+}
+
+impl fmt::Debug for MutexGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MutexGuard")
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.hold.fencing_token)
+            .field("fixed_lease", &self.hold.fixed_lease)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

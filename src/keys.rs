@@ -1,0 +1,94 @@
+//! The Redis key layout of one lock, and the validation of names and prefixes.
+//!
+//! Every key of lock `N` under prefix `P` carries the hash tag `{N}`, so that multi-key
+//! scripts stay on one slot of a Redis Cluster.
+
+use crate::error::{Error, Result};
+
+/// The longest lock name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// The longest key prefix accepted, in bytes.
+pub(crate) const MAX_PREFIX_LEN: usize = 256;
+
+/// The keys and channel of one lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// `P:{N}` — a string holding the holder's token, with a PX expiry.
+    pub(crate) lock: String,
+    /// `P:{N}:fence` — the fencing counter.
+    pub(crate) fence: String,
+    /// `P:{N}:ch` — the channel on which a release is announced.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
+        validate_name(name)?;
+        let lock = format!("{prefix}:{{{name}}}");
+        Ok(LockKeys {
+            fence: format!("{lock}:fence"),
+            channel: format!("{lock}:ch"),
+            lock,
+        })
+    }
+}
+
+pub(crate) fn validate_name(name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid_argument("lock name is empty"));
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(Error::invalid_argument(format!(
+            "lock name is {} bytes long; the limit is {MAX_NAME_LEN}",
+            name.len()
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(Error::config("key prefix is empty"));
+    }
+    if prefix.len() > MAX_PREFIX_LEN {
+        return Err(Error::config(format!(
+            "key prefix is {} bytes long; the limit is {MAX_PREFIX_LEN}",
+            prefix.len()
+        )));
+    }
+    if prefix.contains(['{', '}']) {
+        // A brace would become the hash tag of every lock and put them all on one slot.
+        return Err(Error::config("key prefix must not contain '{' or '}'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_hash_tag_of_the_name() {
+        let k = LockKeys::new("redmutex", "orders:42").unwrap();
+        assert_eq!(k.lock, "redmutex:{orders:42}");
+        assert_eq!(k.fence, "redmutex:{orders:42}:fence");
+        assert_eq!(k.channel, "redmutex:{orders:42}:ch");
+    }
+
+    #[test]
+    fn bad_names_are_rejected() {
+        assert!(LockKeys::new("p", "").unwrap_err().is_invalid_argument());
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(LockKeys::new("p", &long).unwrap_err().is_invalid_argument());
+        assert!(LockKeys::new("p", &"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn bad_prefixes_are_rejected() {
+        assert!(validate_prefix("").unwrap_err().is_config());
+        assert!(validate_prefix("a{b}").unwrap_err().is_config());
+        assert!(validate_prefix(&"p".repeat(MAX_PREFIX_LEN + 1)).is_err());
+        assert!(validate_prefix("app:locks").is_ok());
+    }
+}

@@ -1,0 +1,246 @@
+//! The state of one held lease, shared by its guards, the renewal thread and any
+//! [`LeaseWatch`], and the public handle to watch it from any thread.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+/// Why a lease counts as lost.
+#[derive(Debug, Clone)]
+pub(crate) enum LostReason {
+    /// Redis no longer holds our token: the lock expired, was deleted or was taken over.
+    Taken,
+    /// No renewal succeeded before the lease ran out (Redis unreachable, say).
+    Expired(String),
+}
+
+impl LostReason {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            LostReason::Taken => "the lock no longer holds this holder's token".to_owned(),
+            LostReason::Expired(why) => format!("the lease ran out without renewal ({why})"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct LeaseInner {
+    /// Set once, never cleared.
+    lost: Option<LostReason>,
+    /// When the lease runs out at the latest, by this machine's monotonic clock: the send time
+    /// of the last successful acquire or renewal plus the lease.
+    expires_at: Instant,
+    /// The hold was released on purpose; nothing is lost any more.
+    released: bool,
+}
+
+/// The shared state of one lease.
+#[derive(Debug)]
+pub(crate) struct LeaseState {
+    inner: Mutex<LeaseInner>,
+    changed: Condvar,
+}
+
+impl LeaseState {
+    pub(crate) fn new(expires_at: Instant) -> Arc<Self> {
+        Arc::new(LeaseState {
+            inner: Mutex::new(LeaseInner {
+                lost: None,
+                expires_at,
+                released: false,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub(crate) fn lost_reason(&self) -> Option<LostReason> {
+        let inner = self.inner.lock();
+        if let Some(reason) = &inner.lost {
+            return Some(reason.clone());
+        }
+        if !inner.released && Instant::now() >= inner.expires_at {
+            return Some(LostReason::Expired("no renewal in time".to_owned()));
+        }
+        None
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost_reason().is_some()
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        self.inner.lock().expires_at
+    }
+
+    /// Records a successful renewal or extension sent at `sent_at`.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        let mut inner = self.inner.lock();
+        if inner.lost.is_none() {
+            inner.expires_at = sent_at + lease;
+        }
+    }
+
+    /// Marks the lease lost (once) and wakes every watcher. Returns whether this call did it.
+    pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.lost.is_some() || inner.released {
+            return false;
+        }
+        inner.lost = Some(reason);
+        drop(inner);
+        self.changed.notify_all();
+        true
+    }
+
+    pub(crate) fn mark_released(&self) {
+        self.inner.lock().released = true;
+        self.changed.notify_all();
+    }
+
+    fn is_released(&self) -> bool {
+        self.inner.lock().released
+    }
+
+    /// Waits until the lease is lost or released, or `deadline` passes. Returns whether lost.
+    fn wait_until(&self, deadline: Option<Instant>) -> bool {
+        let mut inner = self.inner.lock();
+        loop {
+            if inner.lost.is_some() {
+                return true;
+            }
+            if inner.released {
+                return false;
+            }
+            let now = Instant::now();
+            if now >= inner.expires_at {
+                return true;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            // Wake at the lease's end at the latest: expiry is noticed without a notifier.
+            let wake = match deadline {
+                Some(d) => d.min(inner.expires_at),
+                None => inner.expires_at,
+            };
+            self.changed.wait_until(&mut inner, wake);
+        }
+    }
+}
+
+/// A handle that tells, from any thread, whether a held lease was lost.
+///
+/// Get one with [`MutexGuard::lease_watch`](crate::MutexGuard::lease_watch). It is `Send`,
+/// `Sync` and cheap to clone, so a worker thread can poll it or a supervisor can block on it
+/// (like etcd's `Session.Done()`), and stop long work early when the lock is gone.
+///
+/// A lease counts as lost when the renewal thread found the lock no longer holding this
+/// holder's token, or when the lease ran out by this machine's clock without a successful
+/// renewal. Once lost, it stays lost. After the guard released the lock, the watch reports
+/// "not lost" and its waits return at once.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let guard = client.mutex("nightly-report").lock()?;
+/// let watch = guard.lease_watch();
+/// for chunk in 0..1000 {
+///     if watch.is_lost() {
+///         eprintln!("lock lost at chunk {chunk}; stopping");
+///         break;
+///     }
+///     // ... process one chunk ...
+/// }
+/// // Or, from another thread: watch.wait_timeout(Duration::from_secs(60)) returns true
+/// // as soon as the lease is lost.
+/// # let _ = Duration::ZERO;
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct LeaseWatch {
+    state: Arc<LeaseState>,
+}
+
+impl LeaseWatch {
+    pub(crate) fn new(state: Arc<LeaseState>) -> Self {
+        LeaseWatch { state }
+    }
+
+    /// Whether the lease is known to be lost. No round trip.
+    pub fn is_lost(&self) -> bool {
+        self.state.is_lost()
+    }
+
+    /// Whether the guard has released the lock.
+    pub fn is_released(&self) -> bool {
+        self.state.is_released()
+    }
+
+    /// Blocks until the lease is lost (returns `true`) or released (returns `false`).
+    ///
+    /// It returns at the lease's end at the latest when renewal stops succeeding, so it
+    /// cannot outlive a lease that nobody renews.
+    pub fn wait(&self) -> bool {
+        self.state.wait_until(None)
+    }
+
+    /// Like [`wait`](Self::wait), but returns `false` when `timeout` passes first.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        self.state.wait_until(Instant::now().checked_add(timeout))
+    }
+
+    /// Like [`wait`](Self::wait), but returns `false` when `deadline` passes first.
+    pub fn wait_until(&self, deadline: Instant) -> bool {
+        self.state.wait_until(Some(deadline))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_runs_out_by_the_local_clock() {
+        let state = LeaseState::new(Instant::now() + Duration::from_millis(20));
+        assert!(!state.is_lost());
+        let watch = LeaseWatch::new(Arc::clone(&state));
+        assert!(watch.wait_timeout(Duration::from_secs(30)));
+        assert!(state.is_lost());
+    }
+
+    #[test]
+    fn mark_lost_wakes_a_waiter_and_is_final() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(3600));
+        let watch = LeaseWatch::new(Arc::clone(&state));
+        let waiter = std::thread::spawn(move || watch.wait());
+        assert!(state.mark_lost(LostReason::Taken));
+        assert!(!state.mark_lost(LostReason::Taken));
+        assert!(waiter.join().unwrap());
+        state.renewed(Instant::now(), Duration::from_secs(10));
+        assert!(state.is_lost());
+    }
+
+    #[test]
+    fn release_ends_waits_without_loss() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(3600));
+        let watch = LeaseWatch::new(Arc::clone(&state));
+        let waiter = std::thread::spawn(move || watch.wait());
+        std::thread::sleep(Duration::from_millis(10));
+        state.mark_released();
+        assert!(!waiter.join().unwrap());
+        assert!(!state.is_lost());
+        assert!(!state.mark_lost(LostReason::Taken));
+    }
+
+    #[test]
+    fn timed_wait_returns_false_when_nothing_happens() {
+        let state = LeaseState::new(Instant::now() + Duration::from_secs(3600));
+        assert!(!LeaseWatch::new(state).wait_timeout(Duration::from_millis(5)));
+    }
+}

@@ -1,0 +1,91 @@
+//! A blocking, re-entrant distributed `Mutex` for threaded Rust programs, backed by Redis.
+//!
+//! ```no_run
+//! # fn main() -> redmutex::Result<()> {
+//! let client = redmutex::Client::open("redis://127.0.0.1/")?;
+//! let _g = client.mutex("orders:42").lock()?; // every thread of every process is excluded
+//! # Ok(()) }
+//! ```
+//!
+//! A lock taken through a [`Client`] excludes every thread of every process that uses the
+//! same Redis and the same name, with what `std::sync::Mutex` gives inside one process — a
+//! guard that releases on drop, blocking and timed acquires, re-entry on the same thread —
+//! and what a network lock needs:
+//!
+//! - **A lease with automatic renewal.** A lock lives in Redis with an expiry, so a holder
+//!   that dies cannot keep it forever; the client's one renewal thread renews every held
+//!   lock in pipelined batches while its guard lives.
+//! - **Fencing tokens.** Every acquisition gets a number greater than every earlier one for
+//!   that name ([`MutexGuard::fencing_token`]); a resource that remembers the highest token
+//!   it accepted can refuse a holder whose lease ran out.
+//! - **Knowing when the lease was lost.** [`MutexGuard::is_lost`] answers without a round
+//!   trip, [`MutexGuard::verify`] asks Redis, and a [`LeaseWatch`] can be polled or waited on
+//!   from any thread.
+//! - **Speed.** One round trip to take a free lock, one to release it, none to re-enter.
+//!
+//! # Quick tour
+//!
+//! ```no_run
+//! # fn main() -> redmutex::Result<()> {
+//! use std::time::Duration;
+//!
+//! let client = redmutex::Client::builder()
+//!     .default_lease(Duration::from_secs(30))
+//!     .open("redis://127.0.0.1/")?;
+//! let stock = client.mutex("stock:sku-42");
+//!
+//! {
+//!     let guard = stock.lock()?;           // blocks until held
+//!     let again = stock.lock()?;           // re-entry: no round trip
+//!     assert_eq!(stock.hold_count(), 2);
+//!     println!("fencing token {}", guard.fencing_token());
+//!     drop(again);
+//! }                                        // released here
+//!
+//! if let Some(guard) = stock.try_lock_for(Duration::from_millis(500))? {
+//!     guard.unlock()?;                     // release and see any error
+//! }
+//!
+//! // A fixed lease, without renewal, for work with a known bound.
+//! let report = client.mutex("report").with_lease(Duration::from_secs(5));
+//! if let Some(_guard) = report.try_lock()? { /* ... */ }
+//! # Ok(()) }
+//! ```
+//!
+//! # Keys in Redis
+//!
+//! For a lock called `N` and the key prefix `P` (default `redmutex`): `P:{N}` holds the
+//! holder's token with a PX expiry, `P:{N}:fence` the fencing counter, and releases are
+//! announced on the channel `P:{N}:ch`. All keys of one lock share the hash tag `{N}`.
+//!
+//! # Errors
+//!
+//! Every fallible operation returns [`Error`], whose [`ErrorKind`] tells connection
+//! failures, timeouts, invalid arguments, keys of the wrong type, lost locks and refused
+//! credentials apart. Nothing panics on bad input or a misbehaving network, and every call
+//! has a deadline: the connect timeout and the response timeout of the [`Builder`].
+
+#![warn(missing_docs)]
+
+mod backoff;
+mod client;
+mod error;
+mod guard;
+mod hold;
+mod keys;
+mod lease;
+mod mutex;
+mod pool;
+mod reentrancy;
+mod renewal;
+mod scripts;
+mod stats;
+mod token;
+
+pub use client::{Builder, Client, MAX_LEASE};
+pub use error::{Error, ErrorKind, Result};
+pub use guard::MutexGuard;
+pub use keys::MAX_NAME_LEN;
+pub use lease::LeaseWatch;
+pub use mutex::Mutex;
+pub use stats::Stats;

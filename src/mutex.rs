@@ -1,0 +1,497 @@
+//! `Mutex`: the handle to one named lock, and its acquire loop.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backoff::Backoff;
+use crate::client::{ClientShared, MAX_LEASE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::MutexGuard;
+use crate::hold::Hold;
+use crate::keys::LockKeys;
+use crate::lease::LeaseState;
+use crate::reentrancy;
+use crate::renewal::Registration;
+use crate::scripts;
+use crate::stats::Counters;
+
+/// A lock that excludes every thread of every process using the same Redis and name.
+///
+/// Get one with [`Client::mutex`](crate::Client::mutex). The handle is cheap, `Clone`,
+/// `Send` and `Sync`; it holds nothing in Redis by itself. Locking returns a
+/// [`MutexGuard`], which releases the lock when dropped.
+///
+/// # Leases
+///
+/// A lock lives in Redis with a lease (a PX expiry), so that a holder that dies cannot keep
+/// it forever. By default the lease is the client's
+/// [default lease](crate::Builder::default_lease) (30 s) and the client's renewal thread
+/// renews it while the guard lives: hold it as long as you need. A handle made with
+/// [`with_lease`](Mutex::with_lease) takes the lock for a fixed lease instead, without
+/// renewal: after that the lock is free for others whether or not the guard still exists,
+/// and [`MutexGuard::is_lost`] says so.
+///
+/// # Re-entry
+///
+/// A thread that holds the lock through this client and locks it again (through any handle
+/// of the same name from the same client) gets a new guard at once, without a round trip;
+/// only the outermost guard's release frees the lock in Redis. Another thread of the same
+/// process is excluded like any other process. Guards are not `Send`.
+///
+/// # Fairness
+///
+/// None: a free lock goes to whichever waiter's attempt reaches Redis first. Waiters back
+/// off exponentially with full jitter, never longer than the lock's remaining lease nor past
+/// their deadline.
+///
+/// # Differences from `std::sync::Mutex`
+///
+/// - It protects no data in memory: it guards a resource outside the process (a row, a file,
+///   a job), so the guard has no `Deref`.
+/// - Every operation can fail (Redis down, slow, a key of the wrong type): they return
+///   [`Result`](crate::Result).
+/// - The lock can be lost while held (the lease ran out, someone force-unlocked it). Check
+///   [`MutexGuard::is_lost`] in long work, and pass [`MutexGuard::fencing_token`] to the
+///   resource so that it can refuse a stale holder.
+/// - Locking again on the same thread does not deadlock; it re-enters.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let stock = client.mutex("stock:sku-42");
+/// {
+///     let guard = stock.lock()?;
+///     // ... read, change and write the stock, tagging the write with
+///     // guard.fencing_token() ...
+/// } // released here
+///
+/// match stock.try_lock_for(Duration::from_millis(500))? {
+///     Some(_guard) => println!("got it"),
+///     None => println!("busy, try later"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Mutex {
+    client: Arc<ClientShared>,
+    name: Arc<str>,
+    /// The keys, or why the name is invalid (reported by every operation).
+    keys: std::result::Result<Arc<LockKeys>, Error>,
+    lock_key: Arc<str>,
+    fixed_lease: Option<Duration>,
+}
+
+/// What one acquire attempt found.
+enum Attempt {
+    Acquired(MutexGuard),
+    /// Held by someone else for at most this long.
+    Held(Duration),
+}
+
+pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid_argument(format!(
+            "lease must be at least 1 ms, got {lease:?}"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid_argument(format!(
+            "lease must be at most {MAX_LEASE:?}, got {lease:?}"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Mutex {
+    pub(crate) fn new(client: Arc<ClientShared>, name: &str) -> Self {
+        let keys = LockKeys::new(&client.config.key_prefix, name).map(Arc::new);
+        let lock_key: Arc<str> = match &keys {
+            Ok(k) => Arc::from(k.lock.as_str()),
+            Err(_) => Arc::from(""),
+        };
+        Mutex {
+            client,
+            name: Arc::from(name),
+            keys,
+            lock_key,
+            fixed_lease: None,
+        }
+    }
+
+    /// This handle, taking the lock for a fixed `lease` with no renewal.
+    ///
+    /// Use it for work with a known bound, where a holder that hangs must not keep the lock
+    /// alive. A lease of zero, under 1 ms or over [`MAX_LEASE`] is reported by the first
+    /// operation as an [`ErrorKind::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let report = client.mutex("report").with_lease(Duration::from_secs(5));
+    /// if let Some(guard) = report.try_lock()? {
+    ///     // ... at most 5 s of work; extend if it needs more ...
+    ///     guard.extend(Duration::from_secs(5))?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.fixed_lease = Some(lease);
+        self
+    }
+
+    /// The lock's name, as given to [`Client::mutex`](crate::Client::mutex).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fixed lease of this handle, or `None` when the renewal thread keeps it alive.
+    pub fn fixed_lease(&self) -> Option<Duration> {
+        self.fixed_lease
+    }
+
+    /// Blocks until the calling thread holds the lock, and returns its guard.
+    ///
+    /// If the calling thread holds it already, it re-enters at once (no round trip).
+    ///
+    /// # Errors
+    ///
+    /// - [`ErrorKind::InvalidArgument`]: the name or the lease is invalid.
+    /// - [`ErrorKind::Connection`] / [`ErrorKind::Timeout`]: Redis could not be reached or did
+    ///   not answer in time. Each call has those deadlines; `lock` does not retry them.
+    /// - [`ErrorKind::WrongType`]: the lock's key holds something that is not a lock.
+    /// - [`ErrorKind::LockLost`]: re-entry into a hold whose lease was lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let job = client.mutex("nightly-job");
+    /// let outer = job.lock()?;
+    /// let inner = job.lock()?; // re-entry: no round trip
+    /// assert_eq!(job.hold_count(), 2);
+    /// drop(inner);
+    /// drop(outer); // released in Redis here
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self) -> Result<MutexGuard> {
+        match self.acquire(None)? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::new(
+                ErrorKind::Timeout,
+                "lock() gave up without a deadline",
+            )),
+        }
+    }
+
+    /// One attempt: the guard if the lock was free (or already held by this thread), `None`
+    /// if someone else holds it.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock); "held by someone else" is `Ok(None)`, not an error.
+    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
+        self.acquire(Some(Instant::now()))
+    }
+
+    /// Waits up to `timeout` for the lock. `Ok(None)` when it was not acquired in time.
+    ///
+    /// At least one attempt is made, even with a zero timeout.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
+        // A timeout too large for the clock waits without a deadline.
+        self.acquire(Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` for the lock. `Ok(None)` when it was not acquired in time.
+    ///
+    /// A deadline in the past makes exactly one attempt.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](Mutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
+        self.acquire(Some(deadline))
+    }
+
+    /// Whether anyone (any thread, any process) holds the lock now. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// Connection, timeout and invalid-name errors, as for [`lock`](Mutex::lock).
+    pub fn is_locked(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        self.client.call("checking the lock", |c| {
+            redis::cmd("EXISTS").arg(&keys.lock).query::<bool>(c)
+        })
+    }
+
+    /// Whether the calling thread holds the lock through this client. Local, no round trip.
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.hold_count() > 0
+    }
+
+    /// How many guards of this lock the calling thread holds now. Local, no round trip.
+    pub fn hold_count(&self) -> usize {
+        if self.keys.is_err() {
+            return 0;
+        }
+        reentrancy::count(self.client.id, &self.lock_key)
+    }
+
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns whether a lock was
+    /// there.
+    ///
+    /// **Dangerous**: the holder keeps running its critical section while someone else takes
+    /// the lock. Use it only for administration, such as clearing a lock left by a holder
+    /// known to be dead. The holder's guard finds out at its next renewal or release
+    /// ([`ErrorKind::LockLost`]).
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors; [`ErrorKind::WrongType`] when the key is not a lock
+    /// (it is left alone).
+    pub fn force_unlock(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        let deleted: i64 = self.client.call("force-unlocking the lock", |c| {
+            scripts::FORCE_RELEASE
+                .key(&keys.lock)
+                .arg(&keys.channel)
+                .invoke(c)
+        })?;
+        Ok(deleted == 1)
+    }
+
+    fn keys(&self) -> Result<&Arc<LockKeys>> {
+        self.keys.as_ref().map_err(Clone::clone)
+    }
+
+    fn lease(&self) -> Result<Duration> {
+        match self.fixed_lease {
+            Some(lease) => validate_lease(lease).map(|()| lease),
+            None => Ok(self.client.renewal.lease()),
+        }
+    }
+
+    /// Re-entry, else one attempt, else the waiting loop until `deadline` (`None`: forever).
+    #[inline]
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
+        let keys = self.keys()?;
+        let lease = self.lease()?;
+        if let Some(guard) = self.reenter()? {
+            return Ok(Some(guard));
+        }
+        match self.attempt(keys, lease)? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held(ttl) => self.acquire_contended(keys, lease, deadline, ttl),
+        }
+    }
+
+    fn reenter(&self) -> Result<Option<MutexGuard>> {
+        let Some(hold) = reentrancy::reenter(self.client.id, &self.lock_key) else {
+            return Ok(None);
+        };
+        if let Some(reason) = hold.lease.lost_reason() {
+            reentrancy::exit(self.client.id, &self.lock_key);
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!(
+                    "cannot re-enter lock {:?}: {}",
+                    self.name,
+                    reason.describe()
+                ),
+            ));
+        }
+        Counters::add(&self.client.counters.reentries, 1);
+        Ok(Some(MutexGuard::new(Arc::clone(&self.client), hold)))
+    }
+
+    /// The slow path: wait with backoff between attempts until acquired or `deadline`.
+    #[cold]
+    fn acquire_contended(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        mut remaining_ttl: Duration,
+    ) -> Result<Option<MutexGuard>> {
+        let counters = &self.client.counters;
+        Counters::add(&counters.contended, 1);
+        let started = Instant::now();
+        let record_wait = || {
+            let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            Counters::add(&counters.wait_nanos, waited);
+        };
+        let config = &self.client.config;
+        let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
+        loop {
+            let now = Instant::now();
+            let mut delay = backoff.next_delay().min(remaining_ttl);
+            if let Some(deadline) = deadline {
+                if now >= deadline {
+                    Counters::add(&counters.gave_up, 1);
+                    record_wait();
+                    return Ok(None);
+                }
+                delay = delay.min(deadline - now);
+            }
+            std::thread::sleep(delay);
+            match self.attempt(keys, lease) {
+                Ok(Attempt::Acquired(guard)) => {
+                    record_wait();
+                    return Ok(Some(guard));
+                }
+                Ok(Attempt::Held(ttl)) => remaining_ttl = ttl,
+                Err(e) => {
+                    record_wait();
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// One acquire round trip (two when a dropped connection is retried). On success the
+    /// lease is registered for renewal (when it is not fixed) before the guard is returned.
+    fn attempt(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<Attempt> {
+        let client = &self.client;
+        let mut retried = false;
+        loop {
+            let token = client.tokens.next();
+            let sent_at = Instant::now();
+            let reply = client.call_once(&format!("acquiring lock {:?}", self.name), |c| {
+                Counters::add(&client.counters.attempts, 1);
+                scripts::ACQUIRE
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .arg(&token)
+                    .arg(millis(lease))
+                    .invoke::<(i64, i64)>(c)
+            });
+            return match reply {
+                Ok((1, fencing_token)) => {
+                    let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
+                    self.acquired(keys, lease, token, fencing_token, sent_at)
+                        .map(Attempt::Acquired)
+                }
+                Ok((0, ttl)) => Ok(Attempt::Held(Duration::from_millis(
+                    u64::try_from(ttl).unwrap_or(0),
+                ))),
+                Ok(other) => Err(Error::new(
+                    ErrorKind::Server,
+                    format!("unexpected reply {other:?} from the acquire script"),
+                )),
+                Err(err) if err.outcome_unknown() => {
+                    // The lock may be ours without our knowing: remove it before going on.
+                    let cleaned = self.release_orphan(keys, &token);
+                    if cleaned && err.is_connection() && !retried {
+                        retried = true;
+                        continue;
+                    }
+                    Err(err)
+                }
+                Err(err) => Err(err),
+            };
+        }
+    }
+
+    fn acquired(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        token: String,
+        fencing_token: u64,
+        sent_at: Instant,
+    ) -> Result<MutexGuard> {
+        let client = &self.client;
+        let token: Arc<str> = Arc::from(token);
+        let lease_state = LeaseState::new(sent_at + lease);
+        let renewal_id = match self.fixed_lease {
+            Some(_) => None,
+            None => {
+                let registration = Registration {
+                    lock_key: Arc::clone(&self.lock_key),
+                    token: Arc::clone(&token),
+                    state: Arc::clone(&lease_state),
+                };
+                match client.renewal.register(registration) {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        self.release_orphan(keys, &token);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Counters::add(&client.counters.acquisitions, 1);
+        let hold = Arc::new(Hold {
+            keys: Arc::clone(keys),
+            name: Arc::clone(&self.name),
+            lock_key: Arc::clone(&self.lock_key),
+            token,
+            fencing_token,
+            fixed_lease: self.fixed_lease,
+            renewal_id,
+            lease: lease_state,
+        });
+        reentrancy::enter(client.id, &self.lock_key, Arc::clone(&hold));
+        Ok(MutexGuard::new(Arc::clone(client), hold))
+    }
+
+    /// Deletes the lock if it holds `token`: after an acquire whose reply was lost, so that
+    /// no orphan lock blocks everyone for a whole lease. Best effort.
+    /// Returns whether Redis answered.
+    #[cold]
+    fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
+        let result = self.client.call("cleaning up", |c| {
+            scripts::RELEASE
+                .key(&keys.lock)
+                .arg(token)
+                .arg(&keys.channel)
+                .invoke::<i64>(c)
+        });
+        match result {
+            Ok(deleted) => {
+                if deleted == 1 {
+                    log::debug!(
+                        "redmutex: removed lock {:?} taken by an acquire whose reply was lost",
+                        self.name
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                log::warn!(
+                    "redmutex: could not clean up after a failed acquire of {:?} (it expires \
+                     with its lease): {e}",
+                    self.name
+                );
+                false
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Mutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutex")
+            .field("name", &self.name)
+            .field("fixed_lease", &self.fixed_lease)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,117 @@
+//! Every Lua script the crate runs, each with its KEYS / ARGV / reply contract.
+//!
+//! Scripts run by `EVALSHA` (one round trip); `redis::Script` loads one and retries when the
+//! server answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// Take the lock if it is free.
+///
+/// - KEYS[1]: the lock key; KEYS[2]: the fencing counter.
+/// - ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
+/// - Reply: `{1, fencing_token}` when taken, `{0, remaining_ttl_ms}` when held by someone.
+/// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
+///   expiry, or the counter is not an integer.
+///
+/// A missing counter (first use, or Redis lost its data) starts at the server's clock in
+/// microseconds, so that fencing tokens never go backwards across a restart.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  if fence == 1 then
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  end
+  return {1, fence}
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 or redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+end
+return {0, ttl}
+"#,
+    )
+});
+
+/// Release the lock if it still holds our token, and announce the release.
+///
+/// - KEYS[1]: the lock key.
+/// - ARGV[1]: the token; ARGV[2]: the release channel.
+/// - Reply: 1 when deleted, 0 when the key held another token or was gone.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], 'released')
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+/// Set the lease of a lock that still holds our token. Never re-creates a lock that is gone.
+///
+/// - KEYS[1]: the lock key.
+/// - ARGV[1]: the token; ARGV[2]: the new lease in milliseconds.
+/// - Reply: 1 when extended, 0 when the key held another token, was gone or was not a
+///   string (no error, so that one bad key cannot fail a pipelined batch of renewals).
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local value = redis.pcall('GET', KEYS[1])
+if value == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"#,
+    )
+});
+
+/// Whether the lock still holds our token, and for how long.
+///
+/// - KEYS[1]: the lock key.
+/// - ARGV[1]: the token.
+/// - Reply: the remaining lease in milliseconds when it does, -1 when it does not.
+pub(crate) static CHECK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PTTL', KEYS[1])
+end
+return -1
+"#,
+    )
+});
+
+/// Delete the lock whoever holds it, and announce the release.
+///
+/// - KEYS[1]: the lock key.
+/// - ARGV[1]: the release channel.
+/// - Reply: 1 when a lock was deleted, 0 when there was none.
+pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = redis.call('TYPE', KEYS[1])['ok']
+if t == 'none' then
+  return 0
+end
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], 'released')
+return 1
+"#,
+    )
+});

@@ -1,0 +1,88 @@
+//! Counters of what a client did, for monitoring and for the contention figures of the demo
+//! and the benchmarks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::renewal::Renewal;
+
+/// What a [`Client`](crate::Client) and its clones did since it was built.
+///
+/// Counters only grow. Take two snapshots and subtract to see a period.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// drop(client.mutex("job").lock()?);
+/// let stats = client.stats();
+/// println!(
+///     "{} acquisitions, {} attempts, {} contended, waited {:?}",
+///     stats.acquisitions, stats.attempts, stats.contended, stats.wait_time
+/// );
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Locks taken in Redis (re-entries not counted).
+    pub acquisitions: u64,
+    /// Re-entrant acquires answered locally, without a round trip.
+    pub reentries: u64,
+    /// Acquire attempts sent to Redis, successful or not.
+    pub attempts: u64,
+    /// Acquires that found the lock held at least once and had to wait or give up.
+    pub contended: u64,
+    /// Timed or single-attempt acquires that gave up without the lock.
+    pub gave_up: u64,
+    /// Time spent waiting by contended acquires, summed over threads.
+    pub wait_time: Duration,
+    /// Locks released in Redis.
+    pub releases: u64,
+    /// Holds whose lease was found lost, by renewal or at release.
+    pub lost: u64,
+    /// Lease renewals sent by the renewal thread.
+    pub renewals: u64,
+    /// Round trips the renewal thread used for them.
+    pub renewal_round_trips: u64,
+    /// Leases registered for renewal right now.
+    pub renewed_leases: u64,
+}
+
+/// The live counters behind [`Stats`].
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) acquisitions: AtomicU64,
+    pub(crate) reentries: AtomicU64,
+    pub(crate) attempts: AtomicU64,
+    pub(crate) contended: AtomicU64,
+    pub(crate) gave_up: AtomicU64,
+    pub(crate) wait_nanos: AtomicU64,
+    pub(crate) releases: AtomicU64,
+    pub(crate) lost: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, renewal: &Renewal) -> Stats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let (renewals, renewal_round_trips) = renewal.counters();
+        Stats {
+            acquisitions: get(&self.acquisitions),
+            reentries: get(&self.reentries),
+            attempts: get(&self.attempts),
+            contended: get(&self.contended),
+            gave_up: get(&self.gave_up),
+            wait_time: Duration::from_nanos(get(&self.wait_nanos)),
+            releases: get(&self.releases),
+            lost: get(&self.lost),
+            renewals,
+            renewal_round_trips,
+            renewed_leases: renewal.registered() as u64,
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Real `redis-server` processes for tests and benchmarks: started on a free loopback port,
+//! killed, restarted, paused and resumed on demand, and removed (process and directory) on
+//! drop, also when a test fails.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A `redis-server` owned by the test.
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    extra_args: Vec<String>,
+}
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free port.
+    pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "1mb"]`…).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "redmutex-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's directory");
+        let mut last_err = String::new();
+        for _ in 0..20 {
+            let mut server = RedisServer {
+                port: free_port(),
+                dir: dir.clone(),
+                child: None,
+                extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => {
+                    last_err = e;
+                    // Keep the directory for the next try; the failed child is reaped.
+                    server.dir = PathBuf::new();
+                }
+            }
+        }
+        panic!("could not start redis-server: {last_err}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dir", self.dir.to_str().unwrap_or(".")])
+            .args(["--logfile", "redis.log"])
+            .args(["--enable-debug-command", "yes"])
+            .args(&self.extra_args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawning redis-server (is it installed?): {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!("redis-server exited with {status}"));
+                }
+            }
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        Err("redis-server did not answer PING within 20 s".into())
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's working directory (its log is `redis.log` in there).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn ping(&self) -> bool {
+        matches!(self.try_cmd(&["PING"], Duration::from_millis(500)), Ok(r) if r == "+PONG")
+    }
+
+    /// Sends one command and returns the reply's first line (e.g. `+OK`, `:3`, `$5`).
+    pub fn try_cmd(&self, args: &[&str], timeout: Duration) -> std::io::Result<String> {
+        let mut stream = TcpStream::connect_timeout(
+            &format!("127.0.0.1:{}", self.port).parse().expect("addr"),
+            timeout,
+        )?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut req = format!("*{}\r\n", args.len());
+        for a in args {
+            req.push_str(&format!("${}\r\n{}\r\n", a.len(), a));
+        }
+        stream.write_all(req.as_bytes())?;
+        let mut reader = BufReader::new(stream);
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        Ok(line.trim_end().to_owned())
+    }
+
+    /// A redis-rs connection to the server, for arranging and checking state.
+    pub fn conn(&self) -> redis::Connection {
+        let client = redis::Client::open(self.url()).expect("url");
+        let conn = client
+            .get_connection_with_timeout(Duration::from_secs(10))
+            .expect("connect to the test server");
+        conn.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("read timeout");
+        conn
+    }
+
+    /// Kills the server with SIGKILL and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (with no data: nothing is persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) if Instant::now() >= deadline => panic!("restart failed: {e}"),
+                // The port may linger for a moment after the kill.
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// Stops the server with SIGSTOP: it keeps its connections but answers nothing.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes a paused server with SIGCONT.
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        if let Some(pid) = self.pid() {
+            let status = Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(pid.to_string())
+                .status()
+                .expect("run kill");
+            assert!(status.success(), "kill -{name} {pid} failed");
+        }
+    }
+
+    /// The server's log, for failure messages.
+    pub fn log(&self) -> String {
+        let mut s = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.join("redis.log")) {
+            let _ = f.read_to_string(&mut s);
+        }
+        s
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        // A paused server must be resumed to die cleanly under some kernels' job control.
+        self.resume();
+        self.kill();
+        if !self.dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Runs `f` on another thread and fails the test if it does not finish within `limit`:
+/// a hang becomes a failure instead of a stuck test run.
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(v) => {
+            let _ = handle.join();
+            v
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("operation did not finish within {limit:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
+            Err(panic) => std::panic::resume_unwind(panic),
+            Ok(()) => panic!("operation ended without a result"),
+        },
+    }
+}
+
+/// Polls `cond` until it holds or `limit` passes; returns whether it held.
+pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The number of threads of this process whose name starts with `prefix`.
+pub fn threads_named(prefix: &str) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+        .filter(|name| name.trim_end().starts_with(prefix))
+        .count()
+}
