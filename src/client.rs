@@ -58,7 +58,7 @@ pub(crate) struct ClientShared {
     pub(crate) pool: Pool,
     pub(crate) renewal: Renewal,
     pub(crate) tokens: TokenSource,
-    pub(crate) counters: Counters,
+    pub(crate) counters: Arc<Counters>,
     /// Where the client connects, without credentials, for `Debug`.
     address: String,
 }
@@ -352,7 +352,13 @@ impl Builder {
             config.response_timeout,
         );
         let pool = Pool::new(manager, config.pool_size, config.connect_timeout);
-        let renewal = Renewal::new(pool.clone(), config.renewal_interval, config.default_lease);
+        let counters = Arc::new(Counters::default());
+        let renewal = Renewal::new(
+            pool.clone(),
+            config.renewal_interval,
+            config.default_lease,
+            Arc::clone(&counters),
+        );
         Ok(Client {
             shared: Arc::new(ClientShared {
                 id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
@@ -360,7 +366,7 @@ impl Builder {
                 pool,
                 renewal,
                 tokens: TokenSource::new(),
-                counters: Counters::default(),
+                counters,
                 address,
             }),
         })

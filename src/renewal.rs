@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::lease::{LeaseState, LostReason};
 use crate::pool::Pool;
 use crate::scripts;
+use crate::stats::Counters;
 
 /// How many renewals go in one pipelined round trip.
 pub(crate) const BATCH_SIZE: usize = 1000;
@@ -48,10 +49,16 @@ pub(crate) struct Renewal {
     lease: Duration,
     renewals: Arc<AtomicU64>,
     batches: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl Renewal {
-    pub(crate) fn new(pool: Pool, interval: Duration, lease: Duration) -> Self {
+    pub(crate) fn new(
+        pool: Pool,
+        interval: Duration,
+        lease: Duration,
+        counters: Arc<Counters>,
+    ) -> Self {
         Renewal {
             registry: Arc::new(Mutex::new(HashMap::new())),
             next_id: AtomicU64::new(1),
@@ -61,6 +68,7 @@ impl Renewal {
             lease,
             renewals: Arc::new(AtomicU64::new(0)),
             batches: Arc::new(AtomicU64::new(0)),
+            counters,
         }
     }
 
@@ -112,6 +120,7 @@ impl Renewal {
             stop: stop_rx,
             renewals: Arc::clone(&self.renewals),
             batches: Arc::clone(&self.batches),
+            counters: Arc::clone(&self.counters),
         };
         let join = std::thread::Builder::new()
             .name(THREAD_NAME.to_owned())
@@ -151,6 +160,7 @@ struct RenewalThread {
     stop: Receiver<()>,
     renewals: Arc<AtomicU64>,
     batches: Arc<AtomicU64>,
+    counters: Arc<Counters>,
 }
 
 impl RenewalThread {
@@ -231,6 +241,7 @@ impl RenewalThread {
                     } else if self.registry.lock().contains_key(id)
                         && r.state.mark_lost(LostReason::Taken)
                     {
+                        Counters::add(&self.counters.lost, 1);
                         log::warn!(
                             "redmutex: lock {} was lost: renewal found it no longer holding \
                              this holder's token",
@@ -246,6 +257,7 @@ impl RenewalThread {
                         && self.registry.lock().contains_key(id)
                         && r.state.mark_lost(LostReason::Expired(e.to_string()))
                     {
+                        Counters::add(&self.counters.lost, 1);
                         log::warn!(
                             "redmutex: lock {} was lost: its lease ran out while renewal \
                              failed: {e}",

@@ -111,8 +111,9 @@ impl RedisServer {
         &self.dir
     }
 
+    /// Whether the server answers at all (`+PONG`, or `-NOAUTH` when it wants a password).
     fn ping(&self) -> bool {
-        matches!(self.try_cmd(&["PING"], Duration::from_millis(500)), Ok(r) if r == "+PONG")
+        matches!(self.try_cmd(&["PING"], Duration::from_millis(500)), Ok(r) if r.starts_with(['+', '-']))
     }
 
     /// Sends one command and returns the reply's first line (e.g. `+OK`, `:3`, `$5`).

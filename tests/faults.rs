@@ -1,0 +1,161 @@
+//! Redis down, paused, restarted, connections killed, credentials wrong: every call ends
+//! within its timeouts with a typed error, and the client recovers when Redis does.
+
+mod support;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use redmutex::{Client, ErrorKind};
+use support::{eventually, within, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn fast_failing_client(url: &str) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .backoff(Duration::from_millis(2), Duration::from_millis(50))
+        .open(url)
+        .expect("client")
+}
+
+#[test]
+fn redis_down_gives_a_connection_error_not_a_hang() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // Opening connects nothing, so it succeeds at once.
+    let client = fast_failing_client(&format!("redis://127.0.0.1:{port}/"));
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("x").lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("x").try_lock().map(|g| g.is_some())).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    let err = within(LIMIT, move || client.mutex("x").is_locked()).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+}
+
+#[test]
+fn a_paused_redis_gives_timeouts_and_the_client_recovers() {
+    let server = RedisServer::start();
+    let client = fast_failing_client(&server.url());
+    drop(client.mutex("p").lock().unwrap()); // a pooled connection exists
+    server.pause();
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("p").lock().map(drop)).unwrap_err();
+    assert!(err.is_timeout() || err.is_connection(), "{err}");
+    let c = client.clone();
+    let err = within(LIMIT, move || {
+        c.mutex("q")
+            .try_lock_for(Duration::from_secs(1))
+            .map(|g| g.is_some())
+    })
+    .unwrap_err();
+    assert!(err.is_timeout() || err.is_connection(), "{err}");
+    server.resume();
+    // Orphans of the timed-out acquires were cleaned up or expire; the lock is usable again.
+    let c = client.clone();
+    let got = within(LIMIT, move || {
+        c.mutex("p")
+            .try_lock_for(Duration::from_secs(40))
+            .map(|g| g.is_some())
+    });
+    assert!(got.unwrap());
+}
+
+#[test]
+fn a_pause_longer_than_the_lease_is_reported_as_lost() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .response_timeout(Duration::from_millis(300))
+        .default_lease(Duration::from_millis(900))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap();
+    let g = client.mutex("paused").lock().unwrap();
+    let watch = g.lease_watch();
+    server.pause();
+    assert!(
+        watch.wait_timeout(LIMIT),
+        "loss not signalled during the pause"
+    );
+    assert!(g.is_lost());
+    server.resume();
+    let err = g.unlock().unwrap_err();
+    assert!(err.is_lock_lost(), "{err}");
+}
+
+#[test]
+fn a_restart_loses_held_locks_visibly_and_new_locks_work() {
+    let mut server = RedisServer::start();
+    let client = Client::builder()
+        .default_lease(Duration::from_millis(900))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap();
+    let g = client.mutex("r").lock().unwrap();
+    let token = g.fencing_token();
+    server.restart();
+    assert!(eventually(LIMIT, || g.is_lost()), "restart went unnoticed");
+    let c = client.clone();
+    let (got, new_token) = within(LIMIT, move || {
+        let g2 = c.mutex("r2").lock().unwrap();
+        let m = c.mutex("r");
+        let other = std::thread::spawn(move || m.lock().map(|g| g.fencing_token()));
+        drop(g2);
+        (true, other.join().unwrap())
+    });
+    assert!(got);
+    assert!(new_token.unwrap() > token, "fencing token went backwards");
+    assert!(g.unlock().unwrap_err().is_lock_lost());
+}
+
+#[test]
+fn killed_connections_are_replaced_transparently() {
+    let server = RedisServer::start();
+    let client = fast_failing_client(&server.url());
+    // Fill the pool with a few connections.
+    let guards: Vec<_> = (0..4)
+        .map(|i| client.mutex(format!("k{i}")).lock().unwrap())
+        .collect();
+    drop(guards);
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut server.conn())
+        .unwrap();
+    for i in 0..4 {
+        let m = client.mutex(format!("k{i}"));
+        let g = m.lock().unwrap();
+        assert!(m.is_locked().unwrap());
+        g.unlock().unwrap();
+    }
+}
+
+#[test]
+fn wrong_or_missing_password_is_an_auth_error_without_the_password() {
+    let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
+    let wrong = format!("redis://:wrong-staple-99@127.0.0.1:{}/", server.port());
+    let client = fast_failing_client(&wrong);
+    let err = within(LIMIT, move || client.mutex("a").lock().map(drop)).unwrap_err();
+    assert!(err.is_auth(), "{err}");
+    for shown in [err.to_string(), format!("{err:?}")] {
+        assert!(!shown.contains("wrong-staple-99"), "{shown}");
+    }
+
+    let none = fast_failing_client(&server.url());
+    let err = within(LIMIT, move || none.mutex("a").lock().map(drop)).unwrap_err();
+    assert!(err.is_auth(), "{err}");
+
+    let right = format!("redis://:right-horse-battery@127.0.0.1:{}/", server.port());
+    let client = fast_failing_client(&right);
+    assert!(!format!("{client:?}").contains("right-horse-battery"));
+    client.mutex("a").lock().unwrap().unlock().unwrap();
+}

@@ -1,0 +1,40 @@
+//! The renewal thread's life: started lazily, ended when the last handle of its client is
+//! dropped, joined by `shutdown`. (A file of its own: it counts this process's threads.)
+
+mod support;
+
+use std::time::Duration;
+
+use redmutex::Client;
+use support::{eventually, threads_named, RedisServer};
+
+// Thread names are cut to 15 bytes by Linux.
+const RENEWAL: &str = "redmutex-renew";
+
+#[test]
+fn renewal_thread_starts_lazily_and_stops_with_the_client() {
+    let server = RedisServer::start();
+    assert_eq!(threads_named(RENEWAL), 0);
+
+    let client = Client::open(server.url()).unwrap();
+    assert_eq!(threads_named(RENEWAL), 0, "started before any lock");
+    let m = client.mutex("t");
+    let g = m.lock().unwrap();
+    assert_eq!(threads_named(RENEWAL), 1);
+    drop(g);
+
+    // Dropping the last handle stops it.
+    drop(m);
+    drop(client);
+    assert!(
+        eventually(Duration::from_secs(30), || threads_named(RENEWAL) == 0),
+        "renewal thread still running after the client was dropped"
+    );
+
+    // shutdown() joins it at once.
+    let client = Client::open(server.url()).unwrap();
+    drop(client.mutex("t").lock().unwrap());
+    assert_eq!(threads_named(RENEWAL), 1);
+    client.shutdown();
+    assert_eq!(threads_named(RENEWAL), 0);
+}
