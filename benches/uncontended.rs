@@ -1,1 +1,276 @@
-fn main() {}
+//! Uncontended lock + unlock on one thread, and re-entrant re-lock, beside the physical limit
+//! measured in the same run: a raw redis-rs loop of `SET NX PX` + `EVALSHA` compare-and-delete
+//! on one connection.
+//!
+//! `cargo bench --bench uncontended` measures (rounds of the three loops, interleaved, median
+//! and spread reported) and writes `target/bench-results/uncontended.json`. Run by
+//! `cargo test --benches`, it does a short smoke run instead.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::time::{Duration, Instant};
+
+use redmutex::Client;
+use support::RedisServer;
+
+const RELEASE_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+// Copies of the crate's acquire and release scripts (src/scripts.rs).
+const ACQUIRE_LUA: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return redis.error_reply('WRONGTYPE fencing counter is not an integer')
+  end
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+"#;
+
+const CRATE_RELEASE_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  if redis.call('DEL', KEYS[1], KEYS[2]) > 1 then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
+  return 1
+end
+return 0
+"#;
+
+struct Mode {
+    rounds: usize,
+    round_time: Duration,
+    /// A real measurement (not a smoke run), whose figures are written out.
+    measuring: bool,
+}
+
+fn mode() -> Mode {
+    if std::env::args().any(|a| a == "--bench") {
+        Mode {
+            rounds: 9,
+            round_time: Duration::from_secs(3),
+            measuring: true,
+        }
+    } else {
+        Mode {
+            rounds: 1,
+            round_time: Duration::from_millis(100),
+            measuring: false,
+        }
+    }
+}
+
+/// One variant of the measured cycle.
+type Cycle<'a> = Box<dyn FnMut() + 'a>;
+
+/// Runs the variants in turns of `CHUNK` cycles each until `time` has passed, and returns
+/// each one's rate in cycles per second. Fine interleaving makes the ratios between variants
+/// robust to the load of a shared machine drifting during the run.
+fn interleaved_rates(time: Duration, variants: &mut [Cycle<'_>]) -> Vec<f64> {
+    const CHUNK: u64 = 32;
+    for v in variants.iter_mut() {
+        for _ in 0..CHUNK {
+            v(); // warm up: connections, script cache
+        }
+    }
+    let mut spent = vec![Duration::ZERO; variants.len()];
+    let mut cycles = 0u64;
+    let start = Instant::now();
+    let n = variants.len();
+    let mut turn = 0;
+    while start.elapsed() < time {
+        // Rotate who goes first, so that no variant always follows the same one.
+        for k in 0..n {
+            let i = (turn + k) % n;
+            let t = Instant::now();
+            for _ in 0..CHUNK {
+                variants[i]();
+            }
+            spent[i] += t.elapsed();
+        }
+        turn += 1;
+        cycles += CHUNK;
+    }
+    spent
+        .iter()
+        .map(|d| cycles as f64 / d.as_secs_f64())
+        .collect()
+}
+
+fn raw_cycle(server: &RedisServer) -> Cycle<'static> {
+    let mut conn = server.conn();
+    let release = redis::Script::new(RELEASE_LUA);
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let ok: Option<String> = redis::cmd("SET")
+            .arg("raw-lock")
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut conn)
+            .expect("SET NX PX");
+        assert!(ok.is_some());
+        let deleted: i64 = release
+            .key("raw-lock")
+            .arg(&token)
+            .invoke(&mut conn)
+            .expect("EVALSHA");
+        assert_eq!(deleted, 1);
+    })
+}
+
+/// The same two round trips as the Mutex, with the crate's own scripts, on one connection:
+/// separates what the scripts cost Redis from what the client adds.
+fn raw_cycle_with_crate_scripts(server: &RedisServer) -> Cycle<'static> {
+    let mut conn = server.conn();
+    let acquire = redis::Script::new(ACQUIRE_LUA);
+    let release = redis::Script::new(CRATE_RELEASE_LUA);
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let (ok, _fence): (i64, i64) = acquire
+            .key("rawc:{l}")
+            .key("rawc:{l}:fence")
+            .arg(&token)
+            .arg(30_000)
+            .invoke(&mut conn)
+            .expect("acquire");
+        assert_eq!(ok, 1);
+        let deleted: i64 = release
+            .key("rawc:{l}")
+            .key("rawc:{l}:waiting")
+            .arg(&token)
+            .arg("rawc:{l}:ch")
+            .invoke(&mut conn)
+            .expect("release");
+        assert_eq!(deleted, 1);
+    })
+}
+
+fn mutex_cycle(client: &Client) -> Cycle<'static> {
+    let m = client.mutex("bench-lock");
+    Box::new(move || {
+        let g = m.lock().expect("lock");
+        g.unlock().expect("unlock");
+    })
+}
+
+fn reentry_rate(client: &Client, time: Duration) -> f64 {
+    let m = client.mutex("bench-reentry");
+    let _outer = m.lock().expect("outer lock");
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < time {
+        for _ in 0..1024 {
+            let g = m.lock().expect("re-entry");
+            drop(g);
+        }
+        n += 1024;
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median_and_spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn main() {
+    let mode = mode();
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .pool_size(1)
+        .open(server.url())
+        .expect("client");
+
+    let mut raw = Vec::new();
+    let mut ours = Vec::new();
+    let mut ratios = Vec::new();
+    let mut scripts_only = Vec::new();
+    let mut reentrant = Vec::new();
+    let mut variants = [
+        raw_cycle(&server),
+        mutex_cycle(&client),
+        raw_cycle_with_crate_scripts(&server),
+    ];
+    for _ in 0..mode.rounds {
+        let rates = interleaved_rates(mode.round_time, &mut variants);
+        raw.push(rates[0]);
+        ours.push(rates[1]);
+        ratios.push(rates[1] / rates[0]);
+        scripts_only.push(rates[2]);
+        reentrant.push(reentry_rate(&client, mode.round_time / 4));
+    }
+    let stats = client.stats();
+    let trips_per_cycle = stats.attempts as f64 / stats.acquisitions.max(1) as f64;
+
+    let (raw_med, raw_lo, raw_hi) = median_and_spread(raw);
+    let (our_med, our_lo, our_hi) = median_and_spread(ours);
+    let (ratio_med, ratio_lo, ratio_hi) = median_and_spread(ratios);
+    let (re_med, re_lo, re_hi) = median_and_spread(reentrant);
+    let (sc_med, sc_lo, sc_hi) = median_and_spread(scripts_only);
+
+    println!(
+        "uncontended, one thread, {} rounds of {:?}",
+        mode.rounds, mode.round_time
+    );
+    println!("  raw SET NX PX + EVALSHA CAD   {raw_med:>12.0} /s  [{raw_lo:.0} .. {raw_hi:.0}]");
+    println!("  Mutex lock + unlock           {our_med:>12.0} /s  [{our_lo:.0} .. {our_hi:.0}]");
+    println!(
+        "  ratio to raw (same round)     {ratio_med:>12.3}     [{ratio_lo:.3} .. {ratio_hi:.3}]"
+    );
+    println!("  raw loop with the crate's scripts {sc_med:>8.0} /s  [{sc_lo:.0} .. {sc_hi:.0}]");
+    println!("  re-entrant lock + drop        {re_med:>12.0} /s  [{re_lo:.0} .. {re_hi:.0}]");
+    println!("  acquire attempts per lock     {trips_per_cycle:>12.3}");
+
+    let json = format!(
+        concat!(
+            "{{\n",
+            "  \"benchmark\": \"uncontended\",\n",
+            "  \"rounds\": {},\n",
+            "  \"round_seconds\": {},\n",
+            "  \"raw_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"mutex_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
+            "  \"raw_with_crate_scripts_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"reentry_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}}\n",
+            "}}\n"
+        ),
+        mode.rounds,
+        mode.round_time.as_secs_f64(),
+        raw_med,
+        raw_lo,
+        raw_hi,
+        our_med,
+        our_lo,
+        our_hi,
+        ratio_med,
+        ratio_lo,
+        ratio_hi,
+        sc_med,
+        sc_lo,
+        sc_hi,
+        re_med,
+        re_lo,
+        re_hi
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
+    if mode.measuring && std::fs::create_dir_all(&dir).is_ok() {
+        let path = dir.join("uncontended.json");
+        match std::fs::write(&path, json) {
+            Ok(()) => println!("  figures written to {}", path.display()),
+            Err(e) => eprintln!("  could not write {}: {e}", path.display()),
+        }
+    }
+}

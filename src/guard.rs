@@ -195,6 +195,7 @@ impl MutexGuard {
         self.client.call_once("releasing the lock", |c| {
             scripts::RELEASE
                 .key(&keys.lock)
+                .key(&keys.waiting)
                 .arg(&*self.hold.token)
                 .arg(&keys.channel)
                 .invoke(c)

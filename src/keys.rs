@@ -18,6 +18,9 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// `P:{N}:fence` — the fencing counter.
     pub(crate) fence: String,
+    /// `P:{N}:waiting` — set (for a lease) by an acquire that found the lock held, so that
+    /// the release knows to announce itself.
+    pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
     pub(crate) channel: String,
 }
@@ -28,6 +31,7 @@ impl LockKeys {
         let lock = format!("{prefix}:{{{name}}}");
         Ok(LockKeys {
             fence: format!("{lock}:fence"),
+            waiting: format!("{lock}:waiting"),
             channel: format!("{lock}:ch"),
             lock,
         })
@@ -73,6 +77,7 @@ mod tests {
         let k = LockKeys::new("redmutex", "orders:42").unwrap();
         assert_eq!(k.lock, "redmutex:{orders:42}");
         assert_eq!(k.fence, "redmutex:{orders:42}:fence");
+        assert_eq!(k.waiting, "redmutex:{orders:42}:waiting");
         assert_eq!(k.channel, "redmutex:{orders:42}:ch");
     }
 

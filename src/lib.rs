@@ -70,6 +70,7 @@
 mod backoff;
 mod client;
 mod error;
+mod fast_hash;
 mod guard;
 mod hold;
 mod keys;

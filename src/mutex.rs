@@ -272,6 +272,7 @@ impl Mutex {
         let deleted: i64 = self.client.call("force-unlocking the lock", |c| {
             scripts::FORCE_RELEASE
                 .key(&keys.lock)
+                .key(&keys.waiting)
                 .arg(&keys.channel)
                 .invoke(c)
         })?;
@@ -374,11 +375,12 @@ impl Mutex {
         loop {
             let token = client.tokens.next();
             let sent_at = Instant::now();
-            let reply = client.call_once(&format!("acquiring lock {:?}", self.name), |c| {
+            let reply = client.call_once("acquiring the lock", |c| {
                 Counters::add(&client.counters.attempts, 1);
                 scripts::ACQUIRE
                     .key(&keys.lock)
                     .key(&keys.fence)
+                    .key(&keys.waiting)
                     .arg(&token)
                     .arg(millis(lease))
                     .invoke::<(i64, i64)>(c)
@@ -461,6 +463,7 @@ impl Mutex {
         let result = self.client.call("cleaning up", |c| {
             scripts::RELEASE
                 .key(&keys.lock)
+                .key(&keys.waiting)
                 .arg(token)
                 .arg(&keys.channel)
                 .invoke::<i64>(c)

@@ -2,9 +2,9 @@
 //! times. Re-entry is answered here without a round trip.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::fast_hash::FastHashMap;
 use crate::hold::Hold;
 
 /// (client id, lock key) — a lock held through one client.
@@ -16,7 +16,7 @@ struct LocalHold {
 }
 
 thread_local! {
-    static HOLDS: RefCell<HashMap<HoldKey, LocalHold>> = RefCell::new(HashMap::new());
+    static HOLDS: RefCell<FastHashMap<HoldKey, LocalHold>> = RefCell::new(FastHashMap::default());
 }
 
 /// When this thread holds the lock, counts one more hold and returns it.

@@ -2,7 +2,6 @@
 //! lease each interval in pipelined batches, and marking leases lost when renewal finds the
 //! token gone or cannot renew before the lease runs out.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -12,6 +11,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
+use crate::fast_hash::FastHashMap;
 use crate::lease::{LeaseState, LostReason};
 use crate::pool::Pool;
 use crate::scripts;
@@ -31,7 +31,7 @@ pub(crate) struct Registration {
     pub(crate) state: Arc<LeaseState>,
 }
 
-type Registry = Arc<Mutex<HashMap<u64, Registration>>>;
+type Registry = Arc<Mutex<FastHashMap<u64, Registration>>>;
 
 struct Worker {
     // Dropping the sender is the stop signal.
@@ -60,7 +60,7 @@ impl Renewal {
         counters: Arc<Counters>,
     ) -> Self {
         Renewal {
-            registry: Arc::new(Mutex::new(HashMap::new())),
+            registry: Arc::new(Mutex::new(FastHashMap::default())),
             next_id: AtomicU64::new(1),
             worker: Mutex::new(None),
             pool,

@@ -9,9 +9,10 @@ use redis::Script;
 
 /// Take the lock if it is free.
 ///
-/// - KEYS[1]: the lock key; KEYS[2]: the fencing counter.
+/// - KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiters flag.
 /// - ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
-/// - Reply: `{1, fencing_token}` when taken, `{0, remaining_ttl_ms}` when held by someone.
+/// - Reply: `{1, fencing_token}` when taken, `{0, remaining_ttl_ms}` when held by someone;
+///   then the waiters flag is set (for a lease), so that the release announces itself.
 /// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 ///   expiry, or the counter is not an integer.
 ///
@@ -37,22 +38,26 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 or redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
+redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
 return {0, ttl}
 "#,
     )
 });
 
-/// Release the lock if it still holds our token, and announce the release.
+/// Release the lock if it still holds our token, and announce the release when someone
+/// waits (the waiters flag exists): an uncontended release costs no more than a plain
+/// compare-and-delete.
 ///
-/// - KEYS[1]: the lock key.
+/// - KEYS[1]: the lock key; KEYS[2]: the waiters flag.
 /// - ARGV[1]: the token; ARGV[2]: the release channel.
 /// - Reply: 1 when deleted, 0 when the key held another token or was gone.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  if redis.call('DEL', KEYS[1], KEYS[2]) > 1 then
+    redis.call('PUBLISH', ARGV[2], 'released')
+  end
   return 1
 end
 return 0
@@ -96,7 +101,7 @@ return -1
 
 /// Delete the lock whoever holds it, and announce the release.
 ///
-/// - KEYS[1]: the lock key.
+/// - KEYS[1]: the lock key; KEYS[2]: the waiters flag.
 /// - ARGV[1]: the release channel.
 /// - Reply: 1 when a lock was deleted, 0 when there was none.
 pub(crate) static FORCE_RELEASE: LazyLock<Script> = LazyLock::new(|| {
@@ -109,7 +114,7 @@ end
 if t ~= 'string' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('PUBLISH', ARGV[1], 'released')
 return 1
 "#,
