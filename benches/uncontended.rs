@@ -23,7 +23,11 @@ return 0
 
 // Copies of the crate's acquire and release scripts (src/scripts.rs).
 const ACQUIRE_LUA: &str = r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if type(previous) == 'table' and previous['err'] then
+  return redis.error_reply('WRONGTYPE key exists but is not a lock')
+end
+if not previous then
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' then
     redis.call('DEL', KEYS[1])
@@ -31,7 +35,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return {1, fence}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('SET', KEYS[3], '1', 'PX', ttl + tonumber(ARGV[2]))
+return {0, ttl}
 "#;
 
 const CRATE_RELEASE_LUA: &str = r#"
@@ -142,6 +148,7 @@ fn raw_cycle_with_crate_scripts(server: &RedisServer) -> Cycle<'static> {
         let (ok, _fence): (i64, i64) = acquire
             .key("rawc:{l}")
             .key("rawc:{l}:fence")
+            .key("rawc:{l}:waiting")
             .arg(&token)
             .arg(30_000)
             .invoke(&mut conn)

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::gate::Gates;
 use crate::keys;
 use crate::mutex::Mutex;
+use crate::notify::Notifier;
 use crate::pool::{ConnectionManager, Pool};
 use crate::renewal::Renewal;
 use crate::stats::{Counters, Stats};
@@ -57,6 +59,8 @@ pub(crate) struct ClientShared {
     pub(crate) config: Config,
     pub(crate) pool: Pool,
     pub(crate) renewal: Renewal,
+    pub(crate) notifier: Notifier,
+    pub(crate) gates: Gates,
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
     /// Where the client connects, without credentials, for `Debug`.
@@ -150,17 +154,20 @@ impl Client {
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].
     pub fn stats(&self) -> Stats {
-        self.shared.counters.snapshot(&self.shared.renewal)
+        self.shared
+            .counters
+            .snapshot(&self.shared.renewal, &self.shared.notifier)
     }
 
-    /// Stops the renewal thread now and waits for it to end.
+    /// Stops the background threads (renewal and subscriber) now and waits for them to end.
     ///
     /// Call it when the program is done with locks and wants no thread left behind. Locks
     /// still held are no longer renewed and expire after their lease; their guards report
-    /// the lease lost then. A later lock through a clone of this client starts the thread
-    /// again.
+    /// the lease lost then. Threads waiting for a lock fall back to polling with backoff. A
+    /// later operation through a clone of this client starts the threads again.
     pub fn shutdown(self) {
         self.shared.renewal.shutdown();
+        self.shared.notifier.shutdown();
     }
 }
 
@@ -346,6 +353,11 @@ impl Builder {
         let address = info.addr().to_string();
         let redis_client = redis::Client::open(info)
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+        let notifier = Notifier::new(
+            redis_client.clone(),
+            config.connect_timeout,
+            config.response_timeout,
+        );
         let manager = ConnectionManager::new(
             redis_client,
             config.connect_timeout,
@@ -365,6 +377,8 @@ impl Builder {
                 config,
                 pool,
                 renewal,
+                notifier,
+                gates: Gates::default(),
                 tokens: TokenSource::new(),
                 counters,
                 address,

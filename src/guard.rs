@@ -197,7 +197,7 @@ impl MutexGuard {
                 .key(&keys.lock)
                 .key(&keys.waiting)
                 .arg(&*self.hold.token)
-                .arg(&keys.channel)
+                .arg(&*keys.channel)
                 .invoke(c)
         })
     }

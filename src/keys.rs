@@ -3,6 +3,8 @@
 //! Every key of lock `N` under prefix `P` carries the hash tag `{N}`, so that multi-key
 //! scripts stay on one slot of a Redis Cluster.
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 
 /// The longest lock name accepted, in bytes.
@@ -22,7 +24,7 @@ pub(crate) struct LockKeys {
     /// the release knows to announce itself.
     pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
-    pub(crate) channel: String,
+    pub(crate) channel: Arc<str>,
 }
 
 impl LockKeys {
@@ -32,7 +34,7 @@ impl LockKeys {
         Ok(LockKeys {
             fence: format!("{lock}:fence"),
             waiting: format!("{lock}:waiting"),
-            channel: format!("{lock}:ch"),
+            channel: Arc::from(format!("{lock}:ch")),
             lock,
         })
     }
@@ -78,7 +80,7 @@ mod tests {
         assert_eq!(k.lock, "redmutex:{orders:42}");
         assert_eq!(k.fence, "redmutex:{orders:42}:fence");
         assert_eq!(k.waiting, "redmutex:{orders:42}:waiting");
-        assert_eq!(k.channel, "redmutex:{orders:42}:ch");
+        assert_eq!(&*k.channel, "redmutex:{orders:42}:ch");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::guard::MutexGuard;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::lease::LeaseState;
+use crate::notify::Subscription;
 use crate::reentrancy;
 use crate::renewal::Registration;
 use crate::scripts;
@@ -85,6 +86,10 @@ pub struct Mutex {
     lock_key: Arc<str>,
     fixed_lease: Option<Duration>,
 }
+
+/// How often a waiter whose release announcements are live checks the lock anyway, in case
+/// an announcement went astray (at least the backoff cap).
+const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
 
 /// What one acquire attempt found.
 enum Attempt {
@@ -273,7 +278,7 @@ impl Mutex {
             scripts::FORCE_RELEASE
                 .key(&keys.lock)
                 .key(&keys.waiting)
-                .arg(&keys.channel)
+                .arg(&*keys.channel)
                 .invoke(c)
         })?;
         Ok(deleted == 1)
@@ -298,9 +303,20 @@ impl Mutex {
         if let Some(guard) = self.reenter()? {
             return Ok(Some(guard));
         }
+        // A blocking acquire queues behind this client's other waiters for the lock instead of
+        // trying first: they found it held, and one of them is contending in Redis already.
+        let may_wait = deadline.is_none_or(|d| d > Instant::now());
+        if may_wait && self.client.gates.has_waiters(&self.lock_key) {
+            return self.acquire_contended(keys, lease, deadline);
+        }
         match self.attempt(keys, lease)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held(ttl) => self.acquire_contended(keys, lease, deadline, ttl),
+            Attempt::Held(_) if !may_wait => {
+                Counters::add(&self.client.counters.contended, 1);
+                Counters::add(&self.client.counters.gave_up, 1);
+                Ok(None)
+            }
+            Attempt::Held(_) => self.acquire_contended(keys, lease, deadline),
         }
     }
 
@@ -323,46 +339,67 @@ impl Mutex {
         Ok(Some(MutexGuard::new(Arc::clone(&self.client), hold)))
     }
 
-    /// The slow path: wait with backoff between attempts until acquired or `deadline`.
+    /// The slow path. Waits in this client's gate until this thread is the one that contends
+    /// in Redis; then subscribes to the lock's release channel and, in this order so that no
+    /// announcement is missed, tries, and waits for an announcement or for the backoff delay
+    /// (never longer than the lock's remaining lease nor past `deadline`), until acquired.
     #[cold]
     fn acquire_contended(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         deadline: Option<Instant>,
-        mut remaining_ttl: Duration,
     ) -> Result<Option<MutexGuard>> {
-        let counters = &self.client.counters;
+        let client = &self.client;
+        let counters = &client.counters;
         Counters::add(&counters.contended, 1);
         let started = Instant::now();
-        let record_wait = || {
+        let finish = |result: Result<Option<MutexGuard>>| {
             let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
             Counters::add(&counters.wait_nanos, waited);
+            if matches!(result, Ok(None)) {
+                Counters::add(&counters.gave_up, 1);
+            }
+            result
         };
-        let config = &self.client.config;
+        let Some(_pass) = client.gates.lead(&self.lock_key, deadline) else {
+            return finish(Ok(None));
+        };
+        let subscription = client.notifier.subscribe(&keys.channel, None);
+        if let Some(sub) = &subscription {
+            let confirm_by = Instant::now() + client.config.response_timeout;
+            sub.wait_confirmed(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
+        }
+        let config = &client.config;
         let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
         loop {
+            let seen = subscription.as_ref().map(|s| s.seen());
+            let remaining_ttl = match self.attempt(keys, lease) {
+                Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
+                Ok(Attempt::Held(ttl)) => ttl,
+                Err(e) => return finish(Err(e)),
+            };
             let now = Instant::now();
-            let mut delay = backoff.next_delay().min(remaining_ttl);
+            // While announcements arrive, they wake us; recheck only now and then, as a
+            // safety net. Without them, back off.
+            let live = subscription.as_ref().is_some_and(Subscription::is_live);
+            let step = if live {
+                config.backoff_cap.max(NOTIFIED_RECHECK)
+            } else {
+                backoff.next_delay()
+            };
+            let mut delay = step.min(remaining_ttl);
             if let Some(deadline) = deadline {
                 if now >= deadline {
-                    Counters::add(&counters.gave_up, 1);
-                    record_wait();
-                    return Ok(None);
+                    return finish(Ok(None));
                 }
                 delay = delay.min(deadline - now);
             }
-            std::thread::sleep(delay);
-            match self.attempt(keys, lease) {
-                Ok(Attempt::Acquired(guard)) => {
-                    record_wait();
-                    return Ok(Some(guard));
+            match (&subscription, seen) {
+                (Some(sub), Some(seen)) => {
+                    sub.wait(seen, now + delay);
                 }
-                Ok(Attempt::Held(ttl)) => remaining_ttl = ttl,
-                Err(e) => {
-                    record_wait();
-                    return Err(e);
-                }
+                _ => std::thread::sleep(delay),
             }
         }
     }
@@ -465,7 +502,7 @@ impl Mutex {
                 .key(&keys.lock)
                 .key(&keys.waiting)
                 .arg(token)
-                .arg(&keys.channel)
+                .arg(&*keys.channel)
                 .invoke::<i64>(c)
         });
         match result {

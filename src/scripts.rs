@@ -12,16 +12,23 @@ use redis::Script;
 /// - KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiters flag.
 /// - ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
 /// - Reply: `{1, fencing_token}` when taken, `{0, remaining_ttl_ms}` when held by someone;
-///   then the waiters flag is set (for a lease), so that the release announces itself.
+///   then the waiters flag is set (to outlive the holder's lease), so that the release
+///   announces itself.
 /// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 ///   expiry, or the counter is not an integer.
 ///
-/// A missing counter (first use, or Redis lost its data) starts at the server's clock in
-/// microseconds, so that fencing tokens never go backwards across a restart.
+/// `SET … NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
+/// key is not a string: the type check costs nothing. A missing counter (first use, or Redis
+/// lost its data) starts at the server's clock in microseconds, so that fencing tokens never
+/// go backwards across a restart.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+if type(previous) == 'table' and previous['err'] then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+end
+if not previous then
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' then
     redis.call('DEL', KEYS[1])
@@ -35,10 +42,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, fence}
 end
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 or redis.call('TYPE', KEYS[1])['ok'] ~= 'string' then
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+if ttl < 0 then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' has no expiry; it is not a lock')
 end
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+redis.call('SET', KEYS[3], '1', 'PX', ttl + tonumber(ARGV[2]))
 return {0, ttl}
 "#,
     )

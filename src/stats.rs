@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::notify::Notifier;
 use crate::renewal::Renewal;
 
 /// What a [`Client`](crate::Client) and its clones did since it was built.
@@ -48,6 +49,10 @@ pub struct Stats {
     pub renewal_round_trips: u64,
     /// Leases registered for renewal right now.
     pub renewed_leases: u64,
+    /// Release announcements received by the subscriber.
+    pub notifications: u64,
+    /// Times the subscriber connection broke and was made again.
+    pub subscriber_reconnects: u64,
 }
 
 /// The live counters behind [`Stats`].
@@ -68,9 +73,10 @@ impl Counters {
         counter.fetch_add(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, renewal: &Renewal) -> Stats {
+    pub(crate) fn snapshot(&self, renewal: &Renewal, notifier: &Notifier) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let (renewals, renewal_round_trips) = renewal.counters();
+        let (notifications, subscriber_reconnects) = notifier.counters();
         Stats {
             acquisitions: get(&self.acquisitions),
             reentries: get(&self.reentries),
@@ -83,6 +89,8 @@ impl Counters {
             renewals,
             renewal_round_trips,
             renewed_leases: renewal.registered() as u64,
+            notifications,
+            subscriber_reconnects,
         }
     }
 }

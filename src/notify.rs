@@ -1,0 +1,489 @@
+//! The pub/sub subscriber: one dedicated connection and one thread per client, shared by every
+//! waiting thread of that client, that wakes waiters when a release is announced.
+//!
+//! Pub/sub is a hint. A waiter subscribes (and waits for Redis to confirm) before its attempt,
+//! so no announcement after that attempt can be missed while the connection lives; when the
+//! connection breaks, every waiter is woken to retry, and waiters always bound their wait by
+//! their backoff delay, so a lost message costs at most one backoff step.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use parking_lot::{Condvar, Mutex};
+
+use crate::fast_hash::FastHashMap;
+
+/// The name the subscriber thread carries.
+pub(crate) const THREAD_NAME: &str = "redmutex-notify";
+
+/// How long the thread blocks reading messages before it looks at new subscriptions.
+const POLL: Duration = Duration::from_millis(5);
+
+/// How long a channel stays subscribed after its last waiter left: under steady contention
+/// waiters come and go, and re-subscribing each time would cost a round trip per wait.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// The longest pause between reconnection attempts.
+const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
+
+/// A waiter's wake-up signal: a counter that the subscriber bumps.
+#[derive(Default)]
+struct Signal {
+    generation: Mutex<u64>,
+    bumped: Condvar,
+}
+
+impl Signal {
+    fn bump(&self) {
+        *self.generation.lock() += 1;
+        self.bumped.notify_all();
+    }
+}
+
+struct Registration {
+    /// Only messages with this payload wake the waiter; `None`: every message does.
+    filter: Option<Arc<str>>,
+    signal: Arc<Signal>,
+}
+
+#[derive(Default)]
+struct Channel {
+    registrations: FastHashMap<u64, Registration>,
+    /// Subscribed on the live connection (Redis confirmed it).
+    confirmed: bool,
+    /// When the last waiter left.
+    idle_since: Option<Instant>,
+}
+
+#[derive(Default)]
+struct State {
+    channels: FastHashMap<Arc<str>, Channel>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a subscription is confirmed or the connection is lost.
+    confirmations: Condvar,
+    next_id: AtomicU64,
+    /// Messages received and reconnections, for `Stats`.
+    messages: AtomicU64,
+    reconnects: AtomicU64,
+}
+
+struct Worker {
+    wake: Sender<()>,
+    join: JoinHandle<()>,
+}
+
+/// The client's side of the subscriber thread.
+pub(crate) struct Notifier {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<Worker>>,
+    redis: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+/// One waiter's interest in one channel. Dropping it ends the interest.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: Arc<str>,
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+impl Notifier {
+    pub(crate) fn new(
+        redis: redis::Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        Notifier {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::default()),
+                confirmations: Condvar::new(),
+                next_id: AtomicU64::new(1),
+                messages: AtomicU64::new(0),
+                reconnects: AtomicU64::new(0),
+            }),
+            worker: Mutex::new(None),
+            redis,
+            connect_timeout,
+            response_timeout,
+        }
+    }
+
+    /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
+    /// the subscriber thread when needed. Returns `None` when the thread cannot be started;
+    /// the caller then waits with backoff alone.
+    pub(crate) fn subscribe(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let signal = Arc::new(Signal::default());
+        let needs_subscribe = {
+            let mut state = self.shared.state.lock();
+            let entry = state.channels.entry(Arc::clone(channel)).or_default();
+            entry.idle_since = None;
+            entry.registrations.insert(
+                id,
+                Registration {
+                    filter,
+                    signal: Arc::clone(&signal),
+                },
+            );
+            !entry.confirmed
+        };
+        let subscription = Subscription {
+            shared: Arc::clone(&self.shared),
+            channel: Arc::clone(channel),
+            id,
+            signal,
+        };
+        if !self.ensure_running(needs_subscribe) {
+            return None;
+        }
+        Some(subscription)
+    }
+
+    fn ensure_running(&self, wake: bool) -> bool {
+        let mut worker = self.worker.lock();
+        if let Some(w) = worker.as_ref() {
+            if !w.join.is_finished() {
+                if wake {
+                    let _ = w.wake.try_send(());
+                }
+                return true;
+            }
+        }
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let thread = SubscriberThread {
+            shared: Arc::clone(&self.shared),
+            redis: self.redis.clone(),
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            wake: wake_rx,
+        };
+        match std::thread::Builder::new()
+            .name(THREAD_NAME.to_owned())
+            .spawn(move || thread.run())
+        {
+            Ok(join) => {
+                *worker = Some(Worker {
+                    wake: wake_tx,
+                    join,
+                });
+                true
+            }
+            Err(e) => {
+                log::warn!("redmutex: cannot start the subscriber thread: {e}");
+                false
+            }
+        }
+    }
+
+    /// Messages received and reconnections so far.
+    pub(crate) fn counters(&self) -> (u64, u64) {
+        (
+            self.shared.messages.load(Ordering::Relaxed),
+            self.shared.reconnects.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Stops the thread and waits for it.
+    pub(crate) fn shutdown(&self) {
+        let worker = self.worker.lock().take();
+        if let Some(Worker { wake, join }) = worker {
+            drop(wake);
+            if join.join().is_err() {
+                log::warn!("redmutex: the subscriber thread panicked");
+            }
+        }
+    }
+}
+
+impl Subscription {
+    /// Waits until Redis confirmed the subscription, or `deadline`. Returns whether confirmed.
+    pub(crate) fn wait_confirmed(&self, deadline: Instant) -> bool {
+        let mut state = self.shared.state.lock();
+        loop {
+            if state
+                .channels
+                .get(&self.channel)
+                .is_some_and(|c| c.confirmed)
+            {
+                return true;
+            }
+            if self
+                .shared
+                .confirmations
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Whether the subscription is live now (confirmed on a working connection).
+    pub(crate) fn is_live(&self) -> bool {
+        self.shared
+            .state
+            .lock()
+            .channels
+            .get(&self.channel)
+            .is_some_and(|c| c.confirmed)
+    }
+
+    /// The current wake-up count; pass it to [`wait`](Self::wait).
+    pub(crate) fn seen(&self) -> u64 {
+        *self.signal.generation.lock()
+    }
+
+    /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.
+    pub(crate) fn wait(&self, seen: u64, until: Instant) -> bool {
+        let mut generation = self.signal.generation.lock();
+        while *generation == seen {
+            if self
+                .signal
+                .bumped
+                .wait_until(&mut generation, until)
+                .timed_out()
+            {
+                return *generation != seen;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.registrations.remove(&self.id);
+            if entry.registrations.is_empty() {
+                entry.idle_since = Some(Instant::now());
+            }
+        }
+    }
+}
+
+struct SubscriberThread {
+    shared: Arc<Shared>,
+    redis: redis::Client,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    wake: Receiver<()>,
+}
+
+/// Why a connection's loop ended.
+enum Exit {
+    Stop,
+    Broken(redis::RedisError),
+}
+
+impl SubscriberThread {
+    fn run(self) {
+        let mut reconnect_delay = Duration::from_millis(50);
+        loop {
+            if !self.wait_for_work() {
+                return;
+            }
+            let conn = self
+                .redis
+                .get_connection_with_timeout(self.connect_timeout)
+                .and_then(|c| {
+                    c.set_write_timeout(Some(self.response_timeout))?;
+                    Ok(c)
+                });
+            let mut conn = match conn {
+                Ok(conn) => conn,
+                Err(e) => {
+                    log::debug!("redmutex: subscriber cannot connect: {e}");
+                    self.connection_lost();
+                    if !self.pause(reconnect_delay) {
+                        return;
+                    }
+                    reconnect_delay = (reconnect_delay * 2).min(MAX_RECONNECT_DELAY);
+                    continue;
+                }
+            };
+            match self.serve(&mut conn) {
+                Exit::Stop => return,
+                Exit::Broken(e) => {
+                    log::debug!("redmutex: subscriber connection lost: {e}");
+                    self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
+                    self.connection_lost();
+                    reconnect_delay = Duration::from_millis(50);
+                    if !self.pause(reconnect_delay) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Blocks while no channel is wanted. Returns `false` when the client is gone.
+    fn wait_for_work(&self) -> bool {
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            if self.has_channels() {
+                return true;
+            }
+            match self.wake.recv_timeout(LINGER) {
+                Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+    }
+
+    fn pause(&self, delay: Duration) -> bool {
+        !matches!(
+            self.wake.recv_timeout(delay),
+            Err(RecvTimeoutError::Disconnected)
+        )
+    }
+
+    fn stopped(&self) -> bool {
+        matches!(self.wake.try_recv(), Err(TryRecvError::Disconnected))
+    }
+
+    fn has_channels(&self) -> bool {
+        !self.shared.state.lock().channels.is_empty()
+    }
+
+    /// Marks every channel unsubscribed and wakes every waiter, so that each retries now and
+    /// then waits with backoff until the subscription is back.
+    fn connection_lost(&self) {
+        let mut state = self.shared.state.lock();
+        for channel in state.channels.values_mut() {
+            channel.confirmed = false;
+            for r in channel.registrations.values() {
+                r.signal.bump();
+            }
+        }
+        drop(state);
+        self.shared.confirmations.notify_all();
+    }
+
+    /// Serves one connection until it breaks or the client is gone.
+    fn serve(&self, conn: &mut redis::Connection) -> Exit {
+        let mut pubsub = conn.as_pubsub();
+        if let Err(e) = pubsub.set_read_timeout(Some(POLL)) {
+            return Exit::Broken(e);
+        }
+        loop {
+            if self.stopped() {
+                return Exit::Stop;
+            }
+            let (subscribe, unsubscribe) = self.pending_changes();
+            if !subscribe.is_empty() {
+                if let Err(e) = self.with_response_timeout(&mut pubsub, |p| p.subscribe(&subscribe))
+                {
+                    return Exit::Broken(e);
+                }
+                self.confirm(&subscribe);
+            }
+            if !unsubscribe.is_empty() {
+                if let Err(e) =
+                    self.with_response_timeout(&mut pubsub, |p| p.unsubscribe(&unsubscribe))
+                {
+                    return Exit::Broken(e);
+                }
+                self.forget(&unsubscribe);
+            }
+            if !self.has_channels() {
+                // Nothing to listen to: keep the connection and sleep until a waiter comes.
+                match self.wake.recv_timeout(LINGER) {
+                    Ok(()) | Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => return Exit::Stop,
+                }
+            }
+            match pubsub.get_message() {
+                Ok(msg) => self.dispatch(&msg),
+                Err(e) if e.is_timeout() => {}
+                Err(e) => return Exit::Broken(e),
+            }
+        }
+    }
+
+    fn with_response_timeout<T>(
+        &self,
+        pubsub: &mut redis::PubSub<'_>,
+        f: impl FnOnce(&mut redis::PubSub<'_>) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        pubsub.set_read_timeout(Some(self.response_timeout))?;
+        let result = f(pubsub);
+        pubsub.set_read_timeout(Some(POLL))?;
+        result
+    }
+
+    /// Channels to subscribe (wanted, not confirmed) and to drop (idle past the linger time).
+    fn pending_changes(&self) -> (Vec<String>, Vec<String>) {
+        let now = Instant::now();
+        let state = self.shared.state.lock();
+        let mut subscribe = Vec::new();
+        let mut unsubscribe = Vec::new();
+        for (name, channel) in &state.channels {
+            let idle_done = channel
+                .idle_since
+                .is_some_and(|since| now.duration_since(since) >= LINGER);
+            if channel.registrations.is_empty() && idle_done {
+                unsubscribe.push(name.to_string());
+            } else if !channel.confirmed && !channel.registrations.is_empty() {
+                subscribe.push(name.to_string());
+            }
+        }
+        (subscribe, unsubscribe)
+    }
+
+    fn confirm(&self, channels: &[String]) {
+        let mut state = self.shared.state.lock();
+        for name in channels {
+            if let Some(channel) = state.channels.get_mut(name.as_str()) {
+                channel.confirmed = true;
+            }
+        }
+        drop(state);
+        self.shared.confirmations.notify_all();
+    }
+
+    fn forget(&self, channels: &[String]) {
+        let mut state = self.shared.state.lock();
+        for name in channels {
+            // A waiter may have come back meanwhile: it then needs a fresh subscription.
+            let remove = match state.channels.get_mut(name.as_str()) {
+                Some(channel) if channel.registrations.is_empty() => true,
+                Some(channel) => {
+                    channel.confirmed = false;
+                    false
+                }
+                None => false,
+            };
+            if remove {
+                state.channels.remove(name.as_str());
+            }
+        }
+    }
+
+    fn dispatch(&self, msg: &redis::Msg) {
+        self.shared.messages.fetch_add(1, Ordering::Relaxed);
+        let payload: String = msg.get_payload().unwrap_or_default();
+        let state = self.shared.state.lock();
+        if let Some(channel) = state.channels.get(msg.get_channel_name()) {
+            for r in channel.registrations.values() {
+                if r.filter.as_deref().is_none_or(|f| f == payload) {
+                    r.signal.bump();
+                }
+            }
+        }
+    }
+}
