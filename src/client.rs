@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::fair_mutex::FairMutex;
 use crate::gate::Gates;
 use crate::keys;
 use crate::mutex::Mutex;
@@ -150,6 +151,21 @@ impl Client {
     /// ```
     pub fn mutex(&self, name: impl AsRef<str>) -> Mutex {
         Mutex::new(Arc::clone(&self.shared), name.as_ref())
+    }
+
+    /// A handle to the fair (FIFO) lock called `name`: waiters get it in the order they asked
+    /// for it, across every process. Cheap; nothing is sent to Redis. See [`FairMutex`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let _turn = client.fair_mutex("batch-slot").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_mutex(&self, name: impl AsRef<str>) -> FairMutex {
+        FairMutex::new(Arc::clone(&self.shared), name.as_ref())
     }
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].

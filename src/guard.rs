@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::ClientShared;
 use crate::error::{Error, ErrorKind, Result};
+use crate::fair_mutex;
 use crate::hold::Hold;
 use crate::lease::{LeaseWatch, LostReason};
 use crate::mutex::{millis, validate_lease};
@@ -193,12 +194,16 @@ impl MutexGuard {
     fn send_release(&self) -> Result<i64> {
         let keys = &self.hold.keys;
         self.client.call_once("releasing the lock", |c| {
-            scripts::RELEASE
-                .key(&keys.lock)
-                .key(&keys.waiting)
-                .arg(&*self.hold.token)
-                .arg(&*keys.channel)
-                .invoke(c)
+            if self.hold.fair {
+                fair_mutex::release_invocation(keys, &self.hold.token, false).invoke(c)
+            } else {
+                scripts::RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.waiting)
+                    .arg(&*self.hold.token)
+                    .arg(&*keys.channel)
+                    .invoke(c)
+            }
         })
     }
 }

@@ -16,6 +16,8 @@ pub(crate) struct Hold {
     pub(crate) lock_key: Arc<str>,
     pub(crate) token: Arc<str>,
     pub(crate) fencing_token: u64,
+    /// Taken through a fair lock: its release wakes the next waiter in the queue.
+    pub(crate) fair: bool,
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
     pub(crate) fixed_lease: Option<Duration>,
     /// The renewal registration, for a renewed lease.

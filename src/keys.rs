@@ -25,6 +25,19 @@ pub(crate) struct LockKeys {
     pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
     pub(crate) channel: Arc<str>,
+    /// `P:{N}:queue` — a fair lock's waiters, in arrival order.
+    pub(crate) queue: String,
+    /// `P:{N}:timeouts` — when each waiter of a fair lock counts as dead (server time, ms).
+    pub(crate) timeouts: String,
+    /// `P:{N}:ch:` — a fair lock's waiter channels are this plus a client id.
+    pub(crate) waiter_channel_prefix: String,
+}
+
+impl LockKeys {
+    /// The channel on which the fair lock's releases wake this client's waiters.
+    pub(crate) fn waiter_channel(&self, client_id: &str) -> Arc<str> {
+        Arc::from(format!("{}{client_id}", self.waiter_channel_prefix))
+    }
 }
 
 impl LockKeys {
@@ -35,6 +48,9 @@ impl LockKeys {
             fence: format!("{lock}:fence"),
             waiting: format!("{lock}:waiting"),
             channel: Arc::from(format!("{lock}:ch")),
+            queue: format!("{lock}:queue"),
+            timeouts: format!("{lock}:timeouts"),
+            waiter_channel_prefix: format!("{lock}:ch:"),
             lock,
         })
     }

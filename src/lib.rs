@@ -70,6 +70,7 @@
 mod backoff;
 mod client;
 mod error;
+mod fair_mutex;
 mod fast_hash;
 mod gate;
 mod guard;
@@ -87,6 +88,7 @@ mod token;
 
 pub use client::{Builder, Client, MAX_LEASE};
 pub use error::{Error, ErrorKind, Result};
+pub use fair_mutex::FairMutex;
 pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
 pub use lease::LeaseWatch;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::Backoff;
 use crate::client::{ClientShared, MAX_LEASE};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fair_mutex;
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
 use crate::keys::LockKeys;
@@ -79,20 +80,22 @@ use crate::stats::Counters;
 /// ```
 #[derive(Clone)]
 pub struct Mutex {
-    client: Arc<ClientShared>,
-    name: Arc<str>,
+    pub(crate) client: Arc<ClientShared>,
+    pub(crate) name: Arc<str>,
     /// The keys, or why the name is invalid (reported by every operation).
     keys: std::result::Result<Arc<LockKeys>, Error>,
-    lock_key: Arc<str>,
+    pub(crate) lock_key: Arc<str>,
     fixed_lease: Option<Duration>,
+    /// A fair (FIFO) lock: see `FairMutex`.
+    pub(crate) fair: bool,
 }
 
 /// How often a waiter whose release announcements are live checks the lock anyway, in case
 /// an announcement went astray (at least the backoff cap).
-const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
+pub(crate) const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
 
 /// What one acquire attempt found.
-enum Attempt {
+pub(crate) enum Attempt {
     Acquired(MutexGuard),
     /// Held by someone else for at most this long.
     Held(Duration),
@@ -129,6 +132,14 @@ impl Mutex {
             keys,
             lock_key,
             fixed_lease: None,
+            fair: false,
+        }
+    }
+
+    pub(crate) fn new_fair(client: Arc<ClientShared>, name: &str) -> Self {
+        Mutex {
+            fair: true,
+            ..Mutex::new(client, name)
         }
     }
 
@@ -275,20 +286,24 @@ impl Mutex {
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         let deleted: i64 = self.client.call("force-unlocking the lock", |c| {
-            scripts::FORCE_RELEASE
-                .key(&keys.lock)
-                .key(&keys.waiting)
-                .arg(&*keys.channel)
-                .invoke(c)
+            if self.fair {
+                fair_mutex::release_invocation(keys, "", true).invoke(c)
+            } else {
+                scripts::FORCE_RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.waiting)
+                    .arg(&*keys.channel)
+                    .invoke(c)
+            }
         })?;
         Ok(deleted == 1)
     }
 
-    fn keys(&self) -> Result<&Arc<LockKeys>> {
+    pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
-    fn lease(&self) -> Result<Duration> {
+    pub(crate) fn lease(&self) -> Result<Duration> {
         match self.fixed_lease {
             Some(lease) => validate_lease(lease).map(|()| lease),
             None => Ok(self.client.renewal.lease()),
@@ -302,6 +317,9 @@ impl Mutex {
         let lease = self.lease()?;
         if let Some(guard) = self.reenter()? {
             return Ok(Some(guard));
+        }
+        if self.fair {
+            return fair_mutex::acquire(self, keys, lease, deadline);
         }
         // A blocking acquire queues behind this client's other waiters for the lock instead of
         // trying first: they found it held, and one of them is contending in Redis already.
@@ -449,7 +467,7 @@ impl Mutex {
         }
     }
 
-    fn acquired(
+    pub(crate) fn acquired(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
@@ -463,7 +481,7 @@ impl Mutex {
         let renewal_id = match self.fixed_lease {
             Some(_) => None,
             None => {
-                let registration = Registration {
+                let registration = Registration::Lease {
                     lock_key: Arc::clone(&self.lock_key),
                     token: Arc::clone(&token),
                     state: Arc::clone(&lease_state),
@@ -484,6 +502,7 @@ impl Mutex {
             lock_key: Arc::clone(&self.lock_key),
             token,
             fencing_token,
+            fair: self.fair,
             fixed_lease: self.fixed_lease,
             renewal_id,
             lease: lease_state,
@@ -496,14 +515,18 @@ impl Mutex {
     /// no orphan lock blocks everyone for a whole lease. Best effort.
     /// Returns whether Redis answered.
     #[cold]
-    fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
+    pub(crate) fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
         let result = self.client.call("cleaning up", |c| {
-            scripts::RELEASE
-                .key(&keys.lock)
-                .key(&keys.waiting)
-                .arg(token)
-                .arg(&*keys.channel)
-                .invoke::<i64>(c)
+            if self.fair {
+                fair_mutex::release_invocation(keys, token, false).invoke::<i64>(c)
+            } else {
+                scripts::RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.waiting)
+                    .arg(token)
+                    .arg(&*keys.channel)
+                    .invoke::<i64>(c)
+            }
         });
         match result {
             Ok(deleted) => {
@@ -529,7 +552,7 @@ impl Mutex {
 
 impl fmt::Debug for Mutex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Mutex")
+        f.debug_struct(if self.fair { "FairMutex" } else { "Mutex" })
             .field("name", &self.name)
             .field("fixed_lease", &self.fixed_lease)
             .finish_non_exhaustive()

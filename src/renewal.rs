@@ -23,12 +23,21 @@ pub(crate) const BATCH_SIZE: usize = 1000;
 /// The name the renewal thread carries (visible in debuggers and `/proc`).
 pub(crate) const THREAD_NAME: &str = "redmutex-renewal";
 
-/// One lease to keep alive.
+/// Something the renewal thread keeps alive.
 #[derive(Debug, Clone)]
-pub(crate) struct Registration {
-    pub(crate) lock_key: Arc<str>,
-    pub(crate) token: Arc<str>,
-    pub(crate) state: Arc<LeaseState>,
+pub(crate) enum Registration {
+    /// A held lock's lease.
+    Lease {
+        lock_key: Arc<str>,
+        token: Arc<str>,
+        state: Arc<LeaseState>,
+    },
+    /// A fair lock waiter's place in the queue (its heartbeat).
+    Waiter {
+        queue_key: Arc<str>,
+        timeouts_key: Arc<str>,
+        token: Arc<str>,
+    },
 }
 
 type Registry = Arc<Mutex<FastHashMap<u64, Registration>>>;
@@ -95,7 +104,11 @@ impl Renewal {
 
     /// The number of leases registered now.
     pub(crate) fn registered(&self) -> usize {
-        self.registry.lock().len()
+        self.registry
+            .lock()
+            .values()
+            .filter(|r| matches!(r, Registration::Lease { .. }))
+            .count()
     }
 
     /// Renewals sent and round trips used, since the client was built.
@@ -202,7 +215,7 @@ impl RenewalThread {
         if let Err(e) = &replies {
             if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
                 // Redis restarted or its scripts were flushed: load and send once more.
-                self.batches.fetch_add(2, Ordering::Relaxed);
+                self.batches.fetch_add(3, Ordering::Relaxed);
                 replies = conn
                     .call(|c| scripts::EXTEND.load(c))
                     .and_then(|_| conn.call(|c| pipe.query::<Vec<i64>>(c)));
@@ -217,10 +230,24 @@ impl RenewalThread {
         let mut pipe = redis::pipe();
         let invocations: Vec<_> = batch
             .iter()
-            .map(|(_, r)| {
-                let mut inv = scripts::EXTEND.key(&*r.lock_key);
-                inv.arg(&*r.token).arg(lease_ms);
-                inv
+            .map(|(_, r)| match r {
+                Registration::Lease {
+                    lock_key, token, ..
+                } => {
+                    let mut inv = scripts::EXTEND.key(&**lock_key);
+                    inv.arg(&**token).arg(lease_ms);
+                    inv
+                }
+                // A waiter counts as dead one lease after its last heartbeat.
+                Registration::Waiter {
+                    queue_key,
+                    timeouts_key,
+                    token,
+                } => {
+                    let mut inv = scripts::FAIR_HEARTBEAT.key(&**queue_key);
+                    inv.key(&**timeouts_key).arg(&**token).arg(lease_ms);
+                    inv
+                }
             })
             .collect();
         for inv in &invocations {
@@ -236,16 +263,22 @@ impl RenewalThread {
         match result {
             Ok(replies) => {
                 for ((id, r), reply) in batch.iter().zip(replies) {
+                    let Registration::Lease {
+                        lock_key, state, ..
+                    } = r
+                    else {
+                        // A waiter dropped as dead re-joins the queue on its next attempt.
+                        continue;
+                    };
                     if reply == 1 {
-                        r.state.renewed(sent_at, self.lease);
+                        state.renewed(sent_at, self.lease);
                     } else if self.registry.lock().contains_key(id)
-                        && r.state.mark_lost(LostReason::Taken)
+                        && state.mark_lost(LostReason::Taken)
                     {
                         Counters::add(&self.counters.lost, 1);
                         log::warn!(
-                            "redmutex: lock {} was lost: renewal found it no longer holding \
-                             this holder's token",
-                            r.lock_key
+                            "redmutex: lock {lock_key} was lost: renewal found it no longer \
+                             holding this holder's token"
                         );
                     }
                 }
@@ -253,15 +286,20 @@ impl RenewalThread {
             Err(e) => {
                 let now = Instant::now();
                 for (id, r) in batch {
-                    if now >= r.state.expires_at()
+                    let Registration::Lease {
+                        lock_key, state, ..
+                    } = r
+                    else {
+                        continue;
+                    };
+                    if now >= state.expires_at()
                         && self.registry.lock().contains_key(id)
-                        && r.state.mark_lost(LostReason::Expired(e.to_string()))
+                        && state.mark_lost(LostReason::Expired(e.to_string()))
                     {
                         Counters::add(&self.counters.lost, 1);
                         log::warn!(
-                            "redmutex: lock {} was lost: its lease ran out while renewal \
-                             failed: {e}",
-                            r.lock_key
+                            "redmutex: lock {lock_key} was lost: its lease ran out while \
+                             renewal failed: {e}"
                         );
                     }
                 }

@@ -127,3 +127,194 @@ return 1
 "#,
     )
 });
+
+// ---------------------------------------------------------------------------------------
+// Fair (FIFO) locks. Besides the lock and the fencing counter, a fair lock keeps
+// `P:{N}:queue`, a list of waiter tokens in arrival order, and `P:{N}:timeouts`, a sorted set
+// of the same tokens scored by when each waiter counts as dead (server time in ms). Every
+// deadline is computed from the server's clock (`TIME`) inside the script, never from a
+// client's. A waiter's channel is `P:{N}:ch:<client id>`, and the message is its token, so
+// that a release wakes the next waiter only.
+// ---------------------------------------------------------------------------------------
+
+/// The Lua shared by the fair scripts: the server's time in ms, and dropping dead waiters
+/// from the head of the queue.
+const FAIR_PRELUDE: &str = r#"
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Drops dead waiters from the head of the queue; returns the live head (or nil).
+local function live_head(queue, timeouts, now)
+  local head = redis.call('LINDEX', queue, 0)
+  while head do
+    local expiry = redis.call('ZSCORE', timeouts, head)
+    if expiry and tonumber(expiry) > now then
+      return head, tonumber(expiry)
+    end
+    redis.call('LPOP', queue)
+    redis.call('ZREM', timeouts, head)
+    head = redis.call('LINDEX', queue, 0)
+  end
+  return nil
+end
+local function wake(prefix, head)
+  redis.call('PUBLISH', prefix .. string.match(head, '^[^:]+'), head)
+end
+local function drop_if_empty(queue, timeouts, fence)
+  if redis.call('LLEN', queue) == 0 then
+    redis.call('DEL', queue, timeouts, fence)
+  end
+end
+"#;
+
+fn fair_script(body: &str) -> Script {
+    Script::new(&format!("{FAIR_PRELUDE}{body}"))
+}
+
+/// Take a fair lock when it is free and it is our turn (the queue is empty or we are its
+/// live head); else, in `wait` mode, join the queue (or keep our place) until told.
+///
+/// - KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
+/// - ARGV[1]: token (also the waiter's id); ARGV[2]: lease ms; ARGV[3]: waiter timeout ms;
+///   ARGV[4]: `wait` to queue, `try` not to; ARGV[5]: the waiter channel prefix.
+/// - Reply: `{1, fencing_token}` when taken; `{0, ms}` when not, where `ms` is how long the
+///   caller may wait before checking again (the lock's remaining lease, or the time until the
+///   waiter ahead counts as dead).
+/// - Errors with `WRONGTYPE` when a key holds the wrong type (nothing is changed).
+pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' and holder['err'] then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+end
+local now = now_ms()
+local had_head = redis.call('LINDEX', KEYS[3], 0)
+local head, head_expiry = live_head(KEYS[3], KEYS[4], now)
+if not holder and (not head or head == ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' then
+    redis.call('DEL', KEYS[1])
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  if fence == 1 then
+    local t = redis.call('TIME')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', KEYS[2], string.format('%.0f', fence))
+  end
+  if redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[3], KEYS[4])
+  end
+  return {1, fence}
+end
+local wait = 0
+if holder then
+  wait = redis.call('PTTL', KEYS[1])
+  if wait < 0 then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' has no expiry; it is not a lock')
+  end
+elseif head then
+  wait = math.max(head_expiry - now, 1)
+  -- The lock is free and a live waiter is next: if a dead one was just dropped from ahead
+  -- of it, nobody told it yet.
+  if had_head ~= head then
+    wake(ARGV[5], head)
+  end
+end
+if ARGV[4] == 'wait' then
+  local ttl = tonumber(ARGV[3])
+  if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+    redis.call('RPUSH', KEYS[3], ARGV[1])
+  end
+  redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+return {0, wait}
+"#,
+    )
+});
+
+/// Release a fair lock (if it holds our token, or whoever holds it when forced) and wake the
+/// next live waiter; when nobody waits, remove every key of the lock.
+///
+/// - KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
+/// - ARGV[1]: token; ARGV[2]: the waiter channel prefix; ARGV[3]: `force` to release
+///   whoever holds it.
+/// - Reply: 1 when released, 0 when the lock held another token (or none).
+pub(crate) static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' and holder['err'] then
+  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+end
+if not holder or (holder ~= ARGV[1] and ARGV[3] ~= 'force') then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[2], KEYS[4])
+  return 1
+end
+local head = live_head(KEYS[3], KEYS[4], now_ms())
+if head then
+  wake(ARGV[2], head)
+else
+  drop_if_empty(KEYS[3], KEYS[4], KEYS[2])
+end
+return 1
+"#,
+    )
+});
+
+/// Leave the queue of a fair lock (a waiter that gave up), waking the next waiter when the
+/// lock is free, and removing every key of the lock when nobody is left.
+///
+/// - KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
+/// - ARGV[1]: token; ARGV[2]: the waiter channel prefix.
+/// - Reply: 1 when the waiter was in the queue, else 0.
+pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = live_head(KEYS[3], KEYS[4], now_ms())
+  if head then
+    wake(ARGV[2], head)
+  else
+    drop_if_empty(KEYS[3], KEYS[4], KEYS[2])
+  end
+end
+return removed
+"#,
+    )
+});
+
+/// Keep a waiter's place alive (the renewal thread's heartbeat). Never re-adds a waiter that
+/// was dropped as dead: it re-joins at the back on its next attempt.
+///
+/// - KEYS[1]: queue; KEYS[2]: timeouts.
+/// - ARGV[1]: token; ARGV[2]: waiter timeout ms.
+/// - Reply: 1 when the waiter is still queued, else 0.
+pub(crate) static FAIR_HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
+    fair_script(
+        r#"
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  return 0
+end
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], 'XX', now_ms() + ttl, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('PEXPIRE', KEYS[2], ttl)
+return 1
+"#,
+    )
+});

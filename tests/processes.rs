@@ -3,24 +3,23 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use redis::Commands;
 use redmutex::Client;
 use support::{within, RedisServer};
 
-const ROLE: &str = "REDMUTEX_TEST_ROLE";
-const URL: &str = "REDMUTEX_TEST_URL";
 const PROCESSES: usize = 4;
 const THREADS: usize = 4;
 const INCREMENTS: usize = 25;
 
+const ENTRY: &str = "worker_process_entry";
+
 /// The entry point of the worker processes; does nothing in a normal test run.
 #[test]
 fn worker_process_entry() {
-    let (Ok(role), Ok(url)) = (std::env::var(ROLE), std::env::var(URL)) else {
+    let Some((role, url, _)) = support::worker_role() else {
         return;
     };
     match role.as_str() {
@@ -31,20 +30,7 @@ fn worker_process_entry() {
 }
 
 fn spawn_worker(role: &str, url: &str) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "worker_process_entry",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(ROLE, role)
-        .env(URL, url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn worker process")
+    support::spawn_worker(ENTRY, role, url, "")
 }
 
 /// A non-atomic read-modify-write of a shared counter, made safe only by the lock.
@@ -86,24 +72,6 @@ fn hold_until_killed(url: &str) {
     std::thread::sleep(Duration::from_secs(120));
 }
 
-fn read_line_starting(child: &mut Child, prefix: &str) -> String {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let prefix = prefix.to_owned();
-    within(Duration::from_secs(120), move || {
-        let mut lines = BufReader::new(stdout).lines();
-        while let Some(line) = lines.next() {
-            let line = line.expect("read worker output");
-            // The test harness may print its own text before ours on the same line.
-            if let Some(at) = line.find(&prefix) {
-                // Keep reading, so that the worker's later output finds its pipe open.
-                std::thread::spawn(move || lines.for_each(drop));
-                return line[at + prefix.len()..].trim().to_owned();
-            }
-        }
-        panic!("worker ended without printing {prefix}");
-    })
-}
-
 #[test]
 fn four_processes_of_four_threads_never_lose_an_increment() {
     let server = RedisServer::start();
@@ -112,7 +80,9 @@ fn four_processes_of_four_threads_never_lose_an_increment() {
         .collect();
     let mut contended = 0;
     for w in &mut workers {
-        contended += read_line_starting(w, "CONTENDED ").parse::<u64>().unwrap();
+        contended += support::read_marker(w, "CONTENDED ")
+            .parse::<u64>()
+            .unwrap();
     }
     for mut w in workers {
         let status = w.wait().unwrap();
@@ -130,7 +100,9 @@ fn four_processes_of_four_threads_never_lose_an_increment() {
 fn a_killed_holder_frees_the_lock_after_its_lease() {
     let server = RedisServer::start();
     let mut holder = spawn_worker("holder", &server.url());
-    let token: u64 = read_line_starting(&mut holder, "LOCKED ").parse().unwrap();
+    let token: u64 = support::read_marker(&mut holder, "LOCKED ")
+        .parse()
+        .unwrap();
     let client = Client::open(server.url()).unwrap();
     let m = client.mutex("held");
     // Held, and kept alive by the holder's renewal past its 1.5 s lease.

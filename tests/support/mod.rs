@@ -257,3 +257,50 @@ pub fn threads_named(prefix: &str) -> usize {
         .filter(|name| name.trim_end().starts_with(prefix))
         .count()
 }
+
+/// The environment variable that gives a worker process its role.
+pub const ROLE: &str = "REDMUTEX_TEST_ROLE";
+/// The environment variable that gives a worker process the Redis URL.
+pub const URL: &str = "REDMUTEX_TEST_URL";
+/// The environment variable that gives a worker process an argument of its role.
+pub const ARG: &str = "REDMUTEX_TEST_ARG";
+
+/// Runs this test binary again as a worker process: only the test named `entry` runs, and it
+/// finds `role`, `url` and `arg` in its environment.
+pub fn spawn_worker(entry: &str, role: &str, url: &str, arg: &str) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", entry, "--nocapture", "--test-threads", "1"])
+        .env(ROLE, role)
+        .env(URL, url)
+        .env(ARG, arg)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn worker process")
+}
+
+/// The role, URL and argument of a worker process; `None` in a normal test run.
+pub fn worker_role() -> Option<(String, String, String)> {
+    let role = std::env::var(ROLE).ok()?;
+    let url = std::env::var(URL).ok()?;
+    Some((role, url, std::env::var(ARG).unwrap_or_default()))
+}
+
+/// Reads a worker's output until a line with `prefix`, and returns the rest of that line.
+/// The worker's later output is drained, so that it finds its pipe open.
+pub fn read_marker(child: &mut Child, prefix: &str) -> String {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let prefix = prefix.to_owned();
+    within(Duration::from_secs(120), move || {
+        let mut lines = BufReader::new(stdout).lines();
+        while let Some(line) = lines.next() {
+            let line = line.expect("read worker output");
+            // The test harness may print its own text before ours on the same line.
+            if let Some(at) = line.find(&prefix) {
+                std::thread::spawn(move || lines.for_each(drop));
+                return line[at + prefix.len()..].trim().to_owned();
+            }
+        }
+        panic!("worker ended without printing {prefix}");
+    })
+}
