@@ -367,6 +367,9 @@ impl Builder {
             .into_connection_info()
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
         let address = info.addr().to_string();
+        // A lock's round trips are small request/reply pairs: never let Nagle hold one back.
+        let tcp = info.tcp_settings().clone().set_nodelay(true);
+        let info = info.set_tcp_settings(tcp);
         let redis_client = redis::Client::open(info)
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
         let notifier = Notifier::new(

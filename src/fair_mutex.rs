@@ -5,16 +5,16 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
 use crate::client::ClientShared;
 use crate::error::{Error, ErrorKind, Result};
 use crate::guard::MutexGuard;
 use crate::keys::LockKeys;
-use crate::mutex::{millis, Attempt, Mutex, NOTIFIED_RECHECK};
+use crate::mutex::{millis, Attempt, Mutex};
 use crate::notify::Subscription;
 use crate::renewal::{Registration, Renewal};
 use crate::scripts;
 use crate::stats::Counters;
+use crate::wait::Pause;
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
 ///
@@ -190,7 +190,8 @@ enum Mode {
     Wait,
 }
 
-/// One try without queueing, then (when the caller may wait) the queue.
+/// One try without queueing, then (when the caller may wait) the queue. When this client
+/// listens on its waiter channel of the lock already, the first attempt queues at once.
 pub(crate) fn acquire(
     m: &Mutex,
     keys: &Arc<LockKeys>,
@@ -198,15 +199,26 @@ pub(crate) fn acquire(
     deadline: Option<Instant>,
 ) -> Result<Option<MutexGuard>> {
     let may_wait = deadline.is_none_or(|d| d > Instant::now());
-    let token = m.client.tokens.next();
+    let client = &m.client;
+    let token: Arc<str> = Arc::from(client.tokens.next());
+    let channel = keys.waiter_channel(client.tokens.client_uuid());
+    if may_wait {
+        if let Some(sub) = client.notifier.subscribe_if_live(&channel, Some(Arc::clone(&token)))
+        {
+            return wait_in_queue(m, keys, lease, deadline, token, Some(sub), false);
+        }
+    }
     match attempt(m, keys, lease, &token, Mode::Try)? {
         Attempt::Acquired(guard) => Ok(Some(guard)),
         Attempt::Held(_) if !may_wait => {
-            Counters::add(&m.client.counters.contended, 1);
-            Counters::add(&m.client.counters.gave_up, 1);
+            Counters::add(&client.counters.contended, 1);
+            Counters::add(&client.counters.gave_up, 1);
             Ok(None)
         }
-        Attempt::Held(_) => wait_in_queue(m, keys, lease, deadline),
+        Attempt::Held(_) => {
+            let sub = client.notifier.subscribe(&channel, Some(Arc::clone(&token)));
+            wait_in_queue(m, keys, lease, deadline, token, sub, true)
+        }
     }
 }
 
@@ -230,6 +242,9 @@ fn wait_in_queue(
     keys: &Arc<LockKeys>,
     lease: Duration,
     deadline: Option<Instant>,
+    token: Arc<str>,
+    subscription: Option<Subscription>,
+    confirm: bool,
 ) -> Result<Option<MutexGuard>> {
     let client = &m.client;
     let counters = &client.counters;
@@ -243,14 +258,10 @@ fn wait_in_queue(
         }
         result
     };
-    let token: Arc<str> = Arc::from(client.tokens.next());
-    let channel = keys.waiter_channel(client.tokens.client_uuid());
-    let subscription = client
-        .notifier
-        .subscribe(&channel, Some(Arc::clone(&token)));
-    if let Some(sub) = &subscription {
+    let mut pause = Pause::new(subscription, &client.config);
+    if confirm {
         let confirm_by = Instant::now() + client.config.response_timeout;
-        sub.wait_confirmed(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
+        pause.confirm(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
     }
     let _heartbeat = Heartbeat {
         renewal: &client.renewal,
@@ -260,10 +271,8 @@ fn wait_in_queue(
             token: Arc::clone(&token),
         })?,
     };
-    let config = &client.config;
-    let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
     loop {
-        let seen = subscription.as_ref().map(Subscription::seen);
+        let seen = pause.seen();
         let hint = match attempt(m, keys, lease, &token, Mode::Wait) {
             Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
             Ok(Attempt::Held(hint)) => hint,
@@ -272,26 +281,9 @@ fn wait_in_queue(
                 return finish(Err(e));
             }
         };
-        let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
+        if !pause.wait(seen, hint, deadline) {
             leave(m, keys, &token);
             return finish(Ok(None));
-        }
-        let live = subscription.as_ref().is_some_and(Subscription::is_live);
-        let step = if live {
-            config.backoff_cap.max(NOTIFIED_RECHECK)
-        } else {
-            backoff.next_delay()
-        };
-        let mut delay = step.min(hint.max(Duration::from_millis(1)));
-        if let Some(deadline) = deadline {
-            delay = delay.min(deadline - now);
-        }
-        match (&subscription, seen) {
-            (Some(sub), Some(seen)) => {
-                sub.wait(seen, now + delay);
-            }
-            _ => std::thread::sleep(delay),
         }
     }
 }

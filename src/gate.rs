@@ -34,6 +34,8 @@ pub(crate) struct GatePass<'a> {
     key: Arc<str>,
     gate: Arc<Gate>,
     leader: bool,
+    /// Another thread led before this one: the lock may have changed hands meanwhile.
+    pub(crate) waited: bool,
 }
 
 impl Gates {
@@ -59,9 +61,11 @@ impl Gates {
             key: Arc::clone(key),
             gate,
             leader: false,
+            waited: false,
         };
         let mut state = pass.gate.state.lock();
         while state.leader {
+            pass.waited = true;
             let timed_out = match deadline {
                 Some(d) => pass.gate.turn.wait_until(&mut state, d).timed_out(),
                 None => {

@@ -85,6 +85,7 @@ mod renewal;
 mod scripts;
 mod stats;
 mod token;
+mod wait;
 
 pub use client::{Builder, Client, MAX_LEASE};
 pub use error::{Error, ErrorKind, Result};

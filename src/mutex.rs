@@ -4,7 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
 use crate::client::{ClientShared, MAX_LEASE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fair_mutex;
@@ -17,6 +16,7 @@ use crate::reentrancy;
 use crate::renewal::Registration;
 use crate::scripts;
 use crate::stats::Counters;
+use crate::wait::Pause;
 
 /// A lock that excludes every thread of every process using the same Redis and name.
 ///
@@ -89,10 +89,6 @@ pub struct Mutex {
     /// A fair (FIFO) lock: see `FairMutex`.
     pub(crate) fair: bool,
 }
-
-/// How often a waiter whose release announcements are live checks the lock anyway, in case
-/// an announcement went astray (at least the backoff cap).
-pub(crate) const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt {
@@ -325,8 +321,15 @@ impl Mutex {
         // trying first: they found it held, and one of them is contending in Redis already.
         let may_wait = deadline.is_none_or(|d| d > Instant::now());
         if may_wait && self.client.gates.has_waiters(&self.lock_key) {
-            return self.acquire_contended(keys, lease, deadline);
+            return self.acquire_contended(keys, lease, deadline, None);
         }
+        // When this client listens to the lock's announcements already, joining in before
+        // the attempt lets a failed attempt go straight to waiting.
+        let early = match may_wait {
+            true => self.client.notifier.subscribe_if_live(&keys.channel, None),
+            false => None,
+        };
+        let seen = early.as_ref().map_or(0, Subscription::seen);
         match self.attempt(keys, lease)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
@@ -334,7 +337,10 @@ impl Mutex {
                 Counters::add(&self.client.counters.gave_up, 1);
                 Ok(None)
             }
-            Attempt::Held(_) => self.acquire_contended(keys, lease, deadline),
+            Attempt::Held(ttl) => {
+                let early = early.map(|sub| (sub, seen, ttl));
+                self.acquire_contended(keys, lease, deadline, early)
+            }
         }
     }
 
@@ -361,12 +367,16 @@ impl Mutex {
     /// in Redis; then subscribes to the lock's release channel and, in this order so that no
     /// announcement is missed, tries, and waits for an announcement or for the backoff delay
     /// (never longer than the lock's remaining lease nor past `deadline`), until acquired.
+    ///
+    /// `early` is a subscription that was live before a failed attempt, with its wake-up
+    /// count and the lock's remaining lease from then: it saves the first attempt here.
     #[cold]
     fn acquire_contended(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         deadline: Option<Instant>,
+        early: Option<(Subscription, u64, Duration)>,
     ) -> Result<Option<MutexGuard>> {
         let client = &self.client;
         let counters = &client.counters;
@@ -380,44 +390,33 @@ impl Mutex {
             }
             result
         };
-        let Some(_pass) = client.gates.lead(&self.lock_key, deadline) else {
+        let Some(pass) = client.gates.lead(&self.lock_key, deadline) else {
             return finish(Ok(None));
         };
-        let subscription = client.notifier.subscribe(&keys.channel, None);
-        if let Some(sub) = &subscription {
+        let (subscription, mut skip_attempt) = match early {
+            // Nobody led meanwhile: the failed attempt still stands.
+            Some((sub, seen, ttl)) if !pass.waited => (Some(sub), Some((seen, ttl))),
+            _ => (client.notifier.subscribe(&keys.channel, None), None),
+        };
+        let mut pause = Pause::new(subscription, &client.config);
+        if skip_attempt.is_none() {
             let confirm_by = Instant::now() + client.config.response_timeout;
-            sub.wait_confirmed(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
+            pause.confirm(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
         }
-        let config = &client.config;
-        let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
         loop {
-            let seen = subscription.as_ref().map(|s| s.seen());
-            let remaining_ttl = match self.attempt(keys, lease) {
-                Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
-                Ok(Attempt::Held(ttl)) => ttl,
-                Err(e) => return finish(Err(e)),
-            };
-            let now = Instant::now();
-            // While announcements arrive, they wake us; recheck only now and then, as a
-            // safety net. Without them, back off.
-            let live = subscription.as_ref().is_some_and(Subscription::is_live);
-            let step = if live {
-                config.backoff_cap.max(NOTIFIED_RECHECK)
-            } else {
-                backoff.next_delay()
-            };
-            let mut delay = step.min(remaining_ttl);
-            if let Some(deadline) = deadline {
-                if now >= deadline {
-                    return finish(Ok(None));
+            let (seen, remaining_ttl) = match skip_attempt.take() {
+                Some(earlier) => earlier,
+                None => {
+                    let seen = pause.seen();
+                    match self.attempt(keys, lease) {
+                        Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
+                        Ok(Attempt::Held(ttl)) => (seen, ttl),
+                        Err(e) => return finish(Err(e)),
+                    }
                 }
-                delay = delay.min(deadline - now);
-            }
-            match (&subscription, seen) {
-                (Some(sub), Some(seen)) => {
-                    sub.wait(seen, now + delay);
-                }
-                _ => std::thread::sleep(delay),
+            };
+            if !pause.wait(seen, remaining_ttl, deadline) {
+                return finish(Ok(None));
             }
         }
     }

@@ -1,0 +1,409 @@
+//! Contended hand-off across processes, and idle waiters.
+//!
+//! 1. Hand-off: 4 processes x 4 threads take one lock in a loop, each holding it briefly, for
+//!    `Mutex` and for `FairMutex`. Reports hand-offs per second, the hand-off latency (from the
+//!    middle of a holder's release call, when the lock becomes free in Redis, to the return of
+//!    the next holder's acquire, p50/p99), the wait of each acquire (p50/p99), Redis commands
+//!    per acquisition (those clients sent, and all Redis ran, script internals included, from
+//!    `INFO commandstats`) and Jain's fairness index over the acquisitions per thread; beside
+//!    a raw PING round trip measured in the same run.
+//! 2. Idle waiters: 100 threads of one process wait for a lock held for 5 s; reports Redis
+//!    commands per second while they wait.
+//!
+//! `cargo bench --bench contended` measures and writes
+//! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redmutex::Client;
+use support::RedisServer;
+
+struct Mode {
+    processes: usize,
+    threads: usize,
+    run: Duration,
+    rounds: usize,
+    idle_waiters: usize,
+    idle_hold: Duration,
+    measuring: bool,
+}
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn mode() -> Mode {
+    let mode = mode_defaults();
+    Mode {
+        processes: env_or("BENCH_PROCESSES", mode.processes),
+        threads: env_or("BENCH_THREADS", mode.threads),
+        ..mode
+    }
+}
+
+fn mode_defaults() -> Mode {
+    if std::env::args().any(|a| a == "--bench") {
+        Mode {
+            processes: 4,
+            threads: 4,
+            run: Duration::from_secs(5),
+            rounds: 3,
+            idle_waiters: 100,
+            idle_hold: Duration::from_secs(5),
+            measuring: true,
+        }
+    } else {
+        Mode {
+            processes: 2,
+            threads: 2,
+            run: Duration::from_millis(500),
+            rounds: 1,
+            idle_waiters: 10,
+            idle_hold: Duration::from_millis(500),
+            measuring: false,
+        }
+    }
+}
+
+/// Wall-clock nanoseconds: comparable across the processes of one machine.
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// How long each holder keeps the lock (sleeping, as for I/O).
+const HOLD: Duration = Duration::from_micros(200);
+
+/// A worker process: `threads` threads take the lock until `run` is over, printing one line
+/// per acquisition: `EV <thread> <asked_ns> <acquired_ns> <released_ns>`.
+fn worker(args: &[String]) {
+    let url = &args[0];
+    let fair = args[1] == "fair";
+    let threads: usize = args[2].parse().expect("threads");
+    let run = Duration::from_millis(args[3].parse().expect("run ms"));
+    let id: usize = args[4].parse().expect("worker id");
+    let client = Client::open(url.as_str()).expect("client");
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let client = client.clone();
+            std::thread::spawn(move || {
+                let mut events = Vec::new();
+                while start.elapsed() < run {
+                    let asked = now_ns();
+                    let guard = if fair {
+                        client.fair_mutex("handoff").lock()
+                    } else {
+                        client.mutex("handoff").lock()
+                    }
+                    .expect("lock");
+                    let acquired = now_ns();
+                    // A brief critical section that waits on I/O, as most do: it leaves the
+                    // CPU to others (a busy loop here would measure the 2-core machine).
+                    std::thread::sleep(HOLD);
+                    let release_start = now_ns();
+                    guard.unlock().expect("unlock");
+                    // The lock became free in Redis during the release call: take its middle.
+                    let released = release_start + (now_ns() - release_start) / 2;
+                    events.push((asked, acquired, released));
+                }
+                (t, events)
+            })
+        })
+        .collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for h in handles {
+        let (t, events) = h.join().expect("worker thread");
+        for (asked, acquired, released) in events {
+            let _ = writeln!(out, "EV {} {asked} {acquired} {released}", id * 1000 + t);
+        }
+    }
+    let _ = writeln!(out, "END");
+}
+
+/// Commands that only the crate's scripts run in this benchmark: counting them apart tells
+/// the commands clients sent (one per round trip) from those their scripts executed.
+const SCRIPT_INTERNAL: &[&str] = &[
+    "get", "set", "del", "incr", "pttl", "publish", "time", "lindex", "lpop", "zscore", "zrem",
+    "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type",
+];
+
+/// (every command Redis executed, as `INFO stats` counts them; the commands clients sent).
+fn command_counts(server: &RedisServer) -> (u64, u64) {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .expect("INFO");
+    let (mut all, mut sent) = (0, 0);
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, stats)) = rest.split_once(':') else {
+            continue;
+        };
+        let calls: u64 = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        all += calls;
+        if !SCRIPT_INTERNAL.contains(&name) {
+            sent += calls;
+        }
+    }
+    (all, sent)
+}
+
+fn commands_processed(server: &RedisServer) -> u64 {
+    command_counts(server).0
+}
+
+/// The median PING round trip: back to back (`pause` zero), or after the client slept for
+/// `pause`, as a lock's waiter does between announcements (the machine's CPUs then idle, and
+/// waking them is part of every round trip).
+fn ping_rtt(server: &RedisServer, pause: Duration) -> Duration {
+    let mut conn = server.conn();
+    let mut samples: Vec<Duration> = (0..2000)
+        .map(|_| {
+            if !pause.is_zero() {
+                std::thread::sleep(pause);
+            }
+            let t = Instant::now();
+            let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+            t.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+struct HandoffResult {
+    handoffs_per_sec: f64,
+    handoff_p50_us: f64,
+    handoff_p99_us: f64,
+    wait_p50_us: f64,
+    wait_p99_us: f64,
+    commands_per_acquisition: f64,
+    sent_per_acquisition: f64,
+    jain: f64,
+    acquisitions: usize,
+}
+
+fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult {
+    let exe = std::env::current_exe().expect("bench binary");
+    let before = command_counts(server);
+    let started = Instant::now();
+    let children: Vec<_> = (0..mode.processes)
+        .map(|id| {
+            Command::new(&exe)
+                .arg("worker")
+                .arg(server.url())
+                .arg(if fair { "fair" } else { "plain" })
+                .arg(mode.threads.to_string())
+                .arg(mode.run.as_millis().to_string())
+                .arg(id.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    let mut events: Vec<(usize, u64, u64, u64)> = Vec::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("stdout");
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("worker output");
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() == 5 && f[0] == "EV" {
+                let n = |i: usize| f[i].parse::<u64>().expect("number");
+                events.push((n(1) as usize, n(2), n(3), n(4)));
+            }
+        }
+        assert!(child.wait().expect("wait").success(), "a worker failed");
+    }
+    let elapsed = started.elapsed();
+    let after = command_counts(server);
+    let (commands, sent) = (after.0 - before.0, after.1 - before.1);
+
+    events.sort_by_key(|e| e.2);
+    let mut handoffs: Vec<u64> = events
+        .windows(2)
+        .filter(|w| w[1].2 >= w[0].3)
+        .map(|w| w[1].2 - w[0].3)
+        .collect();
+    handoffs.sort_unstable();
+    let mut waits: Vec<u64> = events.iter().map(|e| e.2.saturating_sub(e.1)).collect();
+    waits.sort_unstable();
+    let mut per_thread = std::collections::BTreeMap::<usize, f64>::new();
+    for e in &events {
+        *per_thread.entry(e.0).or_default() += 1.0;
+    }
+    let n = (mode.processes * mode.threads) as f64;
+    let sum: f64 = per_thread.values().sum();
+    let sum_sq: f64 = per_thread.values().map(|x| x * x).sum();
+    HandoffResult {
+        handoffs_per_sec: events.len() as f64 / elapsed.as_secs_f64(),
+        handoff_p50_us: percentile(&handoffs, 0.5) as f64 / 1000.0,
+        handoff_p99_us: percentile(&handoffs, 0.99) as f64 / 1000.0,
+        wait_p50_us: percentile(&waits, 0.5) as f64 / 1000.0,
+        wait_p99_us: percentile(&waits, 0.99) as f64 / 1000.0,
+        commands_per_acquisition: commands as f64 / events.len().max(1) as f64,
+        sent_per_acquisition: sent as f64 / events.len().max(1) as f64,
+        jain: if sum_sq > 0.0 { sum * sum / (n * sum_sq) } else { 0.0 },
+        acquisitions: events.len(),
+    }
+}
+
+fn idle_waiters(server: &RedisServer, mode: &Mode) -> f64 {
+    let holder = Client::open(server.url()).expect("client");
+    let client = Client::open(server.url()).expect("client");
+    let guard = holder.mutex("idle").lock().expect("hold");
+    let start = Arc::new(Barrier::new(mode.idle_waiters + 1));
+    let waiters: Vec<_> = (0..mode.idle_waiters)
+        .map(|_| {
+            let (c, start) = (client.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                c.mutex("idle").lock().map(drop)
+            })
+        })
+        .collect();
+    start.wait();
+    // Let every waiter make its first attempt and settle.
+    let settle = Instant::now();
+    while client.stats().contended < mode.idle_waiters as u64
+        && settle.elapsed() < Duration::from_secs(30)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = commands_processed(server);
+    let t = Instant::now();
+    std::thread::sleep(mode.idle_hold);
+    let commands = commands_processed(server) - before;
+    let rate = commands as f64 / t.elapsed().as_secs_f64();
+    drop(guard);
+    for w in waiters {
+        w.join().expect("waiter").expect("lock");
+    }
+    rate
+}
+
+fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(|a, b| a.total_cmp(b));
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("worker") {
+        worker(&args[2..]);
+        return;
+    }
+    let mode = mode();
+    let server = RedisServer::start();
+    let hot_rtt_us = ping_rtt(&server, Duration::ZERO).as_secs_f64() * 1e6;
+    let rtt_us = ping_rtt(&server, HOLD).as_secs_f64() * 1e6;
+    println!(
+        "contended hand-off: {} processes x {} threads, hold {:?}, {} rounds of {:?}; \
+         PING round trip {rtt_us:.1} us after a {HOLD:?} pause ({hot_rtt_us:.1} us back to back)",
+        mode.processes, mode.threads, HOLD, mode.rounds, mode.run
+    );
+    let mut json = format!(
+        "{{\n  \"benchmark\": \"contended\",\n  \"processes\": {},\n  \"threads\": {},\n  \
+         \"hold_us\": {},\n  \"rounds\": {},\n  \"ping_rtt_us\": {rtt_us:.2},\n  \
+         \"ping_rtt_back_to_back_us\": {hot_rtt_us:.2},\n",
+        mode.processes,
+        mode.threads,
+        HOLD.as_micros(),
+        mode.rounds
+    );
+    for fair in [false, true] {
+        let label = if fair { "FairMutex" } else { "Mutex" };
+        let results: Vec<HandoffResult> = (0..mode.rounds)
+            .map(|_| handoff_round(&server, &mode, fair))
+            .collect();
+        let pick = |f: fn(&HandoffResult) -> f64| median(results.iter().map(f).collect());
+        let rate = pick(|r| r.handoffs_per_sec);
+        let h50 = pick(|r| r.handoff_p50_us);
+        let h99 = pick(|r| r.handoff_p99_us);
+        let w50 = pick(|r| r.wait_p50_us);
+        let w99 = pick(|r| r.wait_p99_us);
+        let cmds = pick(|r| r.commands_per_acquisition);
+        let sent = pick(|r| r.sent_per_acquisition);
+        let jain = pick(|r| r.jain);
+        let total: usize = results.iter().map(|r| r.acquisitions).sum();
+        println!("  {label}: {total} acquisitions");
+        println!("    hand-offs/s            {:>10.0}  [{:.0} .. {:.0}]", rate.0, rate.1, rate.2);
+        println!(
+            "    hand-off p50 / p99     {:>10.1} / {:.1} us  ({:.2} / {:.2} round trips)",
+            h50.0,
+            h99.0,
+            h50.0 / rtt_us,
+            h99.0 / rtt_us
+        );
+        println!("    wait p50 / p99         {:>10.1} / {:.1} us", w50.0, w99.0);
+        println!("    commands sent / acq.   {:>10.2}  [{:.2} .. {:.2}]", sent.0, sent.1, sent.2);
+        println!("    commands run / acq.    {:>10.2}  (script internals included)", cmds.0);
+        println!("    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]", jain.0, jain.1, jain.2);
+        json.push_str(&format!(
+            "  \"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoff_p50_us\": {:.2}, \
+             \"handoff_p99_us\": {:.2}, \"handoff_p50_round_trips\": {:.3}, \
+             \"wait_p50_us\": {:.2}, \"wait_p99_us\": {:.2}, \
+             \"commands_sent_per_acquisition\": {:.3}, \
+             \"commands_run_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+             \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}}},\n",
+            if fair { "fair_mutex" } else { "mutex" },
+            rate.0,
+            h50.0,
+            h99.0,
+            h50.0 / rtt_us,
+            w50.0,
+            w99.0,
+            sent.0,
+            cmds.0,
+            jain.0,
+            rate.1,
+            rate.2
+        ));
+    }
+    let idle = idle_waiters(&server, &mode);
+    println!(
+        "idle waiters: {} threads waiting {:?} on a held lock: {idle:.1} Redis commands/s",
+        mode.idle_waiters, mode.idle_hold
+    );
+    json.push_str(&format!(
+        "  \"idle_waiters\": {{\"threads\": {}, \"commands_per_sec\": {idle:.2}}}\n}}\n",
+        mode.idle_waiters
+    ));
+    if mode.measuring {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
+        if std::fs::create_dir_all(&dir).is_ok() {
+            let path = dir.join("contended.json");
+            match std::fs::write(&path, json) {
+                Ok(()) => println!("figures written to {}", path.display()),
+                Err(e) => eprintln!("could not write {}: {e}", path.display()),
+            }
+        }
+    }
+}
