@@ -269,7 +269,11 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
         wait_p99_us: percentile(&waits, 0.99) as f64 / 1000.0,
         commands_per_acquisition: commands as f64 / events.len().max(1) as f64,
         sent_per_acquisition: sent as f64 / events.len().max(1) as f64,
-        jain: if sum_sq > 0.0 { sum * sum / (n * sum_sq) } else { 0.0 },
+        jain: if sum_sq > 0.0 {
+            sum * sum / (n * sum_sq)
+        } else {
+            0.0
+        },
         acquisitions: events.len(),
     }
 }
@@ -354,7 +358,10 @@ fn main() {
         let jain = pick(|r| r.jain);
         let total: usize = results.iter().map(|r| r.acquisitions).sum();
         println!("  {label}: {total} acquisitions");
-        println!("    hand-offs/s            {:>10.0}  [{:.0} .. {:.0}]", rate.0, rate.1, rate.2);
+        println!(
+            "    hand-offs/s            {:>10.0}  [{:.0} .. {:.0}]",
+            rate.0, rate.1, rate.2
+        );
         println!(
             "    hand-off p50 / p99     {:>10.1} / {:.1} us  ({:.2} / {:.2} round trips)",
             h50.0,
@@ -362,10 +369,22 @@ fn main() {
             h50.0 / rtt_us,
             h99.0 / rtt_us
         );
-        println!("    wait p50 / p99         {:>10.1} / {:.1} us", w50.0, w99.0);
-        println!("    commands sent / acq.   {:>10.2}  [{:.2} .. {:.2}]", sent.0, sent.1, sent.2);
-        println!("    commands run / acq.    {:>10.2}  (script internals included)", cmds.0);
-        println!("    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]", jain.0, jain.1, jain.2);
+        println!(
+            "    wait p50 / p99         {:>10.1} / {:.1} us",
+            w50.0, w99.0
+        );
+        println!(
+            "    commands sent / acq.   {:>10.2}  [{:.2} .. {:.2}]",
+            sent.0, sent.1, sent.2
+        );
+        println!(
+            "    commands run / acq.    {:>10.2}  (script internals included)",
+            cmds.0
+        );
+        println!(
+            "    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]",
+            jain.0, jain.1, jain.2
+        );
         json.push_str(&format!(
             "  \"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoff_p50_us\": {:.2}, \
              \"handoff_p99_us\": {:.2}, \"handoff_p50_round_trips\": {:.3}, \

@@ -372,17 +372,20 @@ impl Builder {
         let info = info.set_tcp_settings(tcp);
         let redis_client = redis::Client::open(info)
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
-        let notifier = Notifier::new(
+        let manager = ConnectionManager::new(
             redis_client.clone(),
             config.connect_timeout,
             config.response_timeout,
         );
-        let manager = ConnectionManager::new(
+        let pool = Pool::new(manager, config.pool_size, config.connect_timeout);
+        let tokens = TokenSource::new();
+        let notifier = Notifier::new(
             redis_client,
+            pool.clone(),
+            format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid()),
             config.connect_timeout,
             config.response_timeout,
         );
-        let pool = Pool::new(manager, config.pool_size, config.connect_timeout);
         let counters = Arc::new(Counters::default());
         let renewal = Renewal::new(
             pool.clone(),
@@ -398,7 +401,7 @@ impl Builder {
                 renewal,
                 notifier,
                 gates: Gates::default(),
-                tokens: TokenSource::new(),
+                tokens,
                 counters,
                 address,
             }),

@@ -203,7 +203,9 @@ pub(crate) fn acquire(
     let token: Arc<str> = Arc::from(client.tokens.next());
     let channel = keys.waiter_channel(client.tokens.client_uuid());
     if may_wait {
-        if let Some(sub) = client.notifier.subscribe_if_live(&channel, Some(Arc::clone(&token)))
+        if let Some(sub) = client
+            .notifier
+            .subscribe_if_live(&channel, Some(Arc::clone(&token)))
         {
             return wait_in_queue(m, keys, lease, deadline, token, Some(sub), false);
         }
@@ -216,7 +218,9 @@ pub(crate) fn acquire(
             Ok(None)
         }
         Attempt::Held(_) => {
-            let sub = client.notifier.subscribe(&channel, Some(Arc::clone(&token)));
+            let sub = client
+                .notifier
+                .subscribe(&channel, Some(Arc::clone(&token)));
             wait_in_queue(m, keys, lease, deadline, token, sub, true)
         }
     }

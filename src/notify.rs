@@ -6,7 +6,7 @@
 //! connection breaks, every waiter is woken to retry, and waiters always bound their wait by
 //! their backoff delay, so a lost message costs at most one backoff step.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,12 +15,14 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
 use crate::fast_hash::FastHashMap;
+use crate::pool::Pool;
 
 /// The name the subscriber thread carries.
 pub(crate) const THREAD_NAME: &str = "redmutex-notify";
 
-/// How long the thread blocks reading messages before it looks at new subscriptions.
-const POLL: Duration = Duration::from_millis(50);
+/// How long the thread blocks reading messages before it looks at its state anyway (new
+/// subscriptions wake it sooner, with a message on its own wake channel).
+const POLL: Duration = Duration::from_secs(1);
 
 /// How long a channel stays subscribed after its last waiter left: under steady contention
 /// waiters come and go, and re-subscribing each time would cost a round trip per wait.
@@ -71,6 +73,11 @@ struct Shared {
     /// Messages received and reconnections, for `Stats`.
     messages: AtomicU64,
     reconnects: AtomicU64,
+    /// The thread is reading its connection (subscribed to the wake channel): a message
+    /// there, not the in-process channel, wakes it.
+    serving: AtomicBool,
+    /// This client's own channel for waking the thread.
+    wake_channel: String,
 }
 
 struct Worker {
@@ -82,6 +89,8 @@ struct Worker {
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
     worker: Mutex<Option<Worker>>,
+    /// For publishing on the wake channel.
+    pool: Pool,
     redis: redis::Client,
     connect_timeout: Duration,
     response_timeout: Duration,
@@ -98,6 +107,8 @@ pub(crate) struct Subscription {
 impl Notifier {
     pub(crate) fn new(
         redis: redis::Client,
+        pool: Pool,
+        wake_channel: String,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
@@ -108,8 +119,11 @@ impl Notifier {
                 next_id: AtomicU64::new(1),
                 messages: AtomicU64::new(0),
                 reconnects: AtomicU64::new(0),
+                serving: AtomicBool::new(false),
+                wake_channel,
             }),
             worker: Mutex::new(None),
+            pool,
             redis,
             connect_timeout,
             response_timeout,
@@ -187,6 +201,10 @@ impl Notifier {
             if !w.join.is_finished() {
                 if wake {
                     let _ = w.wake.try_send(());
+                    drop(worker);
+                    if self.shared.serving.load(Ordering::Acquire) {
+                        self.wake_reader();
+                    }
                 }
                 return true;
             }
@@ -214,6 +232,23 @@ impl Notifier {
                 log::warn!("redmutex: cannot start the subscriber thread: {e}");
                 false
             }
+        }
+    }
+
+    /// Wakes a thread blocked reading its connection, so that it subscribes now. Best effort:
+    /// it looks at its state every `POLL` anyway.
+    fn wake_reader(&self) {
+        let result = self.pool.get().and_then(|mut conn| {
+            conn.call(|c| {
+                redis::cmd("PUBLISH")
+                    .arg(&self.shared.wake_channel)
+                    .arg("wake")
+                    .query::<i64>(c)
+            })
+            .map_err(|e| crate::Error::from_redis("waking the subscriber", e))
+        });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}");
         }
     }
 
@@ -410,24 +445,31 @@ impl SubscriberThread {
     /// Serves one connection until it breaks or the client is gone.
     fn serve(&self, conn: &mut redis::Connection) -> Exit {
         let mut pubsub = conn.as_pubsub();
-        if let Err(e) = pubsub.set_read_timeout(Some(POLL)) {
+        if let Err(e) = self.with_response_timeout(&mut pubsub, |p| {
+            p.subscribe(self.shared.wake_channel.as_str())
+        }) {
             return Exit::Broken(e);
         }
+        self.shared.serving.store(true, Ordering::Release);
+        let exit = self.serve_subscribed(&mut pubsub);
+        self.shared.serving.store(false, Ordering::Release);
+        exit
+    }
+
+    fn serve_subscribed(&self, pubsub: &mut redis::PubSub<'_>) -> Exit {
         loop {
             if self.stopped() {
                 return Exit::Stop;
             }
             let (subscribe, unsubscribe) = self.pending_changes();
             if !subscribe.is_empty() {
-                if let Err(e) = self.with_response_timeout(&mut pubsub, |p| p.subscribe(&subscribe))
-                {
+                if let Err(e) = self.with_response_timeout(pubsub, |p| p.subscribe(&subscribe)) {
                     return Exit::Broken(e);
                 }
                 self.confirm(&subscribe);
             }
             if !unsubscribe.is_empty() {
-                if let Err(e) =
-                    self.with_response_timeout(&mut pubsub, |p| p.unsubscribe(&unsubscribe))
+                if let Err(e) = self.with_response_timeout(pubsub, |p| p.unsubscribe(&unsubscribe))
                 {
                     return Exit::Broken(e);
                 }
@@ -508,6 +550,9 @@ impl SubscriberThread {
     }
 
     fn dispatch(&self, msg: &redis::Msg) {
+        if msg.get_channel_name() == self.shared.wake_channel {
+            return; // only there to wake the thread
+        }
         self.shared.messages.fetch_add(1, Ordering::Relaxed);
         let payload: String = msg.get_payload().unwrap_or_default();
         let state = self.shared.state.lock();

@@ -47,7 +47,10 @@ impl Pause {
         if deadline.is_some_and(|d| now >= d) {
             return false;
         }
-        let live = self.subscription.as_ref().is_some_and(Subscription::is_live);
+        let live = self
+            .subscription
+            .as_ref()
+            .is_some_and(Subscription::is_live);
         let step = if live {
             self.recheck
         } else {

@@ -1,5 +1,5 @@
-//! The renewal thread's life: started lazily, ended when the last handle of its client is
-//! dropped, joined by `shutdown`. (A file of its own: it counts this process's threads.)
+//! The background threads' life: started lazily, ended when the last handle of their client
+//! is dropped, joined by `shutdown`. (A file of its own: it counts this process's threads.)
 
 mod support;
 
@@ -10,6 +10,23 @@ use support::{eventually, threads_named, RedisServer};
 
 // Thread names are cut to 15 bytes by Linux.
 const RENEWAL: &str = "redmutex-renew";
+const NOTIFY: &str = "redmutex-notify";
+
+/// Makes a waiter wait briefly, which starts the subscriber thread.
+fn contend(client: &Client) {
+    let g = client.mutex("contended").lock().unwrap();
+    let c = client.clone();
+    let got = std::thread::spawn(move || {
+        c.mutex("contended")
+            .try_lock_for(Duration::from_millis(200))
+            .unwrap()
+            .is_some()
+    })
+    .join()
+    .unwrap();
+    assert!(!got);
+    drop(g);
+}
 
 #[test]
 fn renewal_thread_starts_lazily_and_stops_with_the_client() {
@@ -25,13 +42,24 @@ fn renewal_thread_starts_lazily_and_stops_with_the_client() {
         RENEWAL
     ) == 1));
     drop(g);
+    assert_eq!(
+        threads_named(NOTIFY),
+        0,
+        "subscriber started without a waiter"
+    );
+    contend(&client);
+    assert_eq!(threads_named(NOTIFY), 1);
 
-    // Dropping the last handle stops it.
+    // Dropping the last handle stops both.
     drop(m);
     drop(client);
     assert!(
         eventually(Duration::from_secs(30), || threads_named(RENEWAL) == 0),
         "renewal thread still running after the client was dropped"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || threads_named(NOTIFY) == 0),
+        "subscriber thread still running after the client was dropped"
     );
 
     // shutdown() joins it at once.
@@ -40,6 +68,8 @@ fn renewal_thread_starts_lazily_and_stops_with_the_client() {
     assert!(eventually(Duration::from_secs(30), || threads_named(
         RENEWAL
     ) == 1));
+    contend(&client);
     client.shutdown();
     assert_eq!(threads_named(RENEWAL), 0);
+    assert_eq!(threads_named(NOTIFY), 0);
 }
