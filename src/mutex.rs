@@ -41,11 +41,22 @@ use crate::wait::Pause;
 /// only the outermost guard's release frees the lock in Redis. Another thread of the same
 /// process is excluded like any other process. Guards are not `Send`.
 ///
+/// # Waiting
+///
+/// A thread that finds the lock held does not poll Redis. Of the threads of one client that
+/// wait for the same lock, one contends in Redis while the others wait in the process. It
+/// listens on the lock's release channel through the client's one subscriber connection,
+/// and a release announces itself there when someone waits, so the waiter tries again
+/// within a few round trips of the release. It also re-checks now and then (every 2 s, or
+/// the backoff cap if longer) and at the lock's expiry, in case an announcement went astray.
+/// When announcements are unavailable (the subscriber connection is down), waiters back off
+/// exponentially with full jitter instead. No wait goes past the caller's deadline.
+///
 /// # Fairness
 ///
-/// None: a free lock goes to whichever waiter's attempt reaches Redis first. Waiters back
-/// off exponentially with full jitter, never longer than the lock's remaining lease nor past
-/// their deadline.
+/// None: a free lock goes to whichever waiter's attempt reaches Redis first, and a thread
+/// that releases and locks again often wins. Use [`FairMutex`](crate::FairMutex) for
+/// first-come, first-served.
 ///
 /// # Differences from `std::sync::Mutex`
 ///
