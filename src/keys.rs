@@ -43,14 +43,26 @@ impl LockKeys {
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
-        let lock = format!("{prefix}:{{{name}}}");
+        // Plain concatenation: a handle is often made per operation, and `format!` would cost
+        // more than the rest of an uncontended acquire's client-side work.
+        let mut lock = String::with_capacity(prefix.len() + name.len() + 3);
+        lock.push_str(prefix);
+        lock.push_str(":{");
+        lock.push_str(name);
+        lock.push('}');
+        let with = |suffix: &str| {
+            let mut key = String::with_capacity(lock.len() + suffix.len());
+            key.push_str(&lock);
+            key.push_str(suffix);
+            key
+        };
         Ok(LockKeys {
-            fence: format!("{lock}:fence"),
-            waiting: format!("{lock}:waiting"),
-            channel: Arc::from(format!("{lock}:ch")),
-            queue: format!("{lock}:queue"),
-            timeouts: format!("{lock}:timeouts"),
-            waiter_channel_prefix: format!("{lock}:ch:"),
+            fence: with(":fence"),
+            waiting: with(":waiting"),
+            channel: Arc::from(with(":ch")),
+            queue: with(":queue"),
+            timeouts: with(":timeouts"),
+            waiter_channel_prefix: with(":ch:"),
             lock,
         })
     }

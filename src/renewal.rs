@@ -40,7 +40,57 @@ pub(crate) enum Registration {
     },
 }
 
-type Registry = Arc<Mutex<FastHashMap<u64, Registration>>>;
+/// The registrations, in shards (by id) so that threads registering and cancelling at once
+/// rarely meet on one lock.
+struct Registry {
+    shards: Vec<Mutex<FastHashMap<u64, Registration>>>,
+}
+
+const SHARDS: u64 = 16;
+
+impl Registry {
+    fn new() -> Self {
+        Registry {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn shard(&self, id: u64) -> &Mutex<FastHashMap<u64, Registration>> {
+        &self.shards[(id % SHARDS) as usize]
+    }
+
+    fn insert(&self, id: u64, registration: Registration) {
+        self.shard(id).lock().insert(id, registration);
+    }
+
+    fn remove(&self, id: u64) {
+        self.shard(id).lock().remove(&id);
+    }
+
+    fn contains(&self, id: u64) -> bool {
+        self.shard(id).lock().contains_key(&id)
+    }
+
+    fn snapshot(&self) -> Vec<(u64, Registration)> {
+        let mut all = Vec::new();
+        for shard in &self.shards {
+            all.extend(shard.lock().iter().map(|(id, r)| (*id, r.clone())));
+        }
+        all
+    }
+
+    fn leases(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                s.lock()
+                    .values()
+                    .filter(|r| matches!(r, Registration::Lease { .. }))
+                    .count()
+            })
+            .sum()
+    }
+}
 
 struct Worker {
     // Dropping the sender is the stop signal.
@@ -50,7 +100,7 @@ struct Worker {
 
 /// The client's side of the renewal thread.
 pub(crate) struct Renewal {
-    registry: Registry,
+    registry: Arc<Registry>,
     next_id: AtomicU64,
     worker: Mutex<Option<Worker>>,
     pool: Pool,
@@ -69,7 +119,7 @@ impl Renewal {
         counters: Arc<Counters>,
     ) -> Self {
         Renewal {
-            registry: Arc::new(Mutex::new(FastHashMap::default())),
+            registry: Arc::new(Registry::new()),
             next_id: AtomicU64::new(1),
             worker: Mutex::new(None),
             pool,
@@ -89,9 +139,9 @@ impl Renewal {
     /// Registers a lease for renewal, starting the thread when it is not running.
     pub(crate) fn register(&self, registration: Registration) -> Result<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.registry.lock().insert(id, registration);
+        self.registry.insert(id, registration);
         if let Err(e) = self.ensure_running() {
-            self.registry.lock().remove(&id);
+            self.registry.remove(id);
             return Err(e);
         }
         Ok(id)
@@ -99,16 +149,12 @@ impl Renewal {
 
     /// Stops renewing a lease. After this returns, the thread never reports it lost.
     pub(crate) fn cancel(&self, id: u64) {
-        self.registry.lock().remove(&id);
+        self.registry.remove(id);
     }
 
     /// The number of leases registered now.
     pub(crate) fn registered(&self) -> usize {
-        self.registry
-            .lock()
-            .values()
-            .filter(|r| matches!(r, Registration::Lease { .. }))
-            .count()
+        self.registry.leases()
     }
 
     /// Renewals sent and round trips used, since the client was built.
@@ -166,7 +212,7 @@ impl Renewal {
 }
 
 struct RenewalThread {
-    registry: Registry,
+    registry: Arc<Registry>,
     pool: Pool,
     interval: Duration,
     lease: Duration,
@@ -197,12 +243,7 @@ impl RenewalThread {
     }
 
     fn renew_all(&self) {
-        let snapshot: Vec<(u64, Registration)> = self
-            .registry
-            .lock()
-            .iter()
-            .map(|(id, r)| (*id, r.clone()))
-            .collect();
+        let snapshot = self.registry.snapshot();
         for batch in snapshot.chunks(BATCH_SIZE) {
             self.renew_batch(batch);
         }
@@ -272,7 +313,7 @@ impl RenewalThread {
                     };
                     if reply == 1 {
                         state.renewed(sent_at, self.lease);
-                    } else if self.registry.lock().contains_key(id)
+                    } else if self.registry.contains(*id)
                         && state.mark_lost(LostReason::Taken)
                     {
                         Counters::add(&self.counters.lost, 1);
@@ -293,7 +334,7 @@ impl RenewalThread {
                         continue;
                     };
                     if now >= state.expires_at()
-                        && self.registry.lock().contains_key(id)
+                        && self.registry.contains(*id)
                         && state.mark_lost(LostReason::Expired(e.to_string()))
                     {
                         Counters::add(&self.counters.lost, 1);
