@@ -124,7 +124,10 @@ fn main() {
     let mut cpu = [[0.0f64; 2]; 2];
     let mut ops = [0.0f64; 2];
     let mut measure = |variant: usize| {
-        let (c0, s0) = (common::cpu_seconds(), common::process_cpu_seconds(&server_pid));
+        let (c0, s0) = (
+            common::cpu_seconds(),
+            common::process_cpu_seconds(&server_pid),
+        );
         let rate = if variant == 0 {
             raw_round(&server.url(), time)
         } else {

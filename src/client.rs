@@ -24,15 +24,17 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to one Redis deployment, from which locks are made.
 ///
-/// A `Client` owns a pool of connections and, once a lock needs it, one renewal thread. It is
-/// cheap to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
+/// A `Client` owns a pool of connections and at most three background threads, whatever the
+/// number of locks and waiters: the pool's helper, the renewal thread (once a lock needs
+/// renewal) and the subscriber thread (once a thread waits). It is cheap to clone (an `Arc`
+/// inside), `Send` and `Sync`: make one per Redis and share it.
 /// Building one makes no connection; the first operation connects, and fails with a
 /// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
 /// cannot be reached.
 ///
-/// The background thread ends by itself when the last clone of the client, and every
-/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] ends it at once and
-/// waits for it.
+/// The background threads end by themselves when the last clone of the client, and every
+/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] ends the renewal and
+/// subscriber threads at once and waits for them.
 ///
 /// # Examples
 ///

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -158,6 +159,16 @@ impl Pool {
             .test_on_check_out(false)
             .connection_timeout(connect_timeout)
             .error_handler(Box::new(QuietErrorHandler))
+            // One helper thread (r2d2's default is three) for the pool's background work:
+            // connecting for waiting callers and reaping idle connections.
+            // It drops pending jobs when the pool goes, so that it ends with its client.
+            .thread_pool(Arc::new(
+                ScheduledThreadPool::builder()
+                    .num_threads(1)
+                    .thread_name_pattern("redmutex-pool-{}")
+                    .on_drop_behavior(OnPoolDropBehavior::DiscardPendingScheduled)
+                    .build(),
+            ))
             .build_unchecked(manager);
         Pool { inner, shared }
     }

@@ -108,6 +108,7 @@ pub(crate) struct Renewal {
     lease: Duration,
     renewals: Arc<AtomicU64>,
     batches: Arc<AtomicU64>,
+    busy_nanos: Arc<AtomicU64>,
     counters: Arc<Counters>,
 }
 
@@ -127,6 +128,7 @@ impl Renewal {
             lease,
             renewals: Arc::new(AtomicU64::new(0)),
             batches: Arc::new(AtomicU64::new(0)),
+            busy_nanos: Arc::new(AtomicU64::new(0)),
             counters,
         }
     }
@@ -157,11 +159,12 @@ impl Renewal {
         self.registry.leases()
     }
 
-    /// Renewals sent and round trips used, since the client was built.
-    pub(crate) fn counters(&self) -> (u64, u64) {
+    /// Renewals sent, round trips used and time spent renewing, since the client was built.
+    pub(crate) fn counters(&self) -> (u64, u64, Duration) {
         (
             self.renewals.load(Ordering::Relaxed),
             self.batches.load(Ordering::Relaxed),
+            Duration::from_nanos(self.busy_nanos.load(Ordering::Relaxed)),
         )
     }
 
@@ -179,6 +182,7 @@ impl Renewal {
             stop: stop_rx,
             renewals: Arc::clone(&self.renewals),
             batches: Arc::clone(&self.batches),
+            busy_nanos: Arc::clone(&self.busy_nanos),
             counters: Arc::clone(&self.counters),
         };
         let join = std::thread::Builder::new()
@@ -219,6 +223,7 @@ struct RenewalThread {
     stop: Receiver<()>,
     renewals: Arc<AtomicU64>,
     batches: Arc<AtomicU64>,
+    busy_nanos: Arc<AtomicU64>,
     counters: Arc<Counters>,
 }
 
@@ -243,10 +248,13 @@ impl RenewalThread {
     }
 
     fn renew_all(&self) {
+        let started = Instant::now();
         let snapshot = self.registry.snapshot();
         for batch in snapshot.chunks(BATCH_SIZE) {
             self.renew_batch(batch);
         }
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.busy_nanos.fetch_add(busy, Ordering::Relaxed);
     }
 
     fn send_batch(&self, pipe: &redis::Pipeline) -> Result<Vec<i64>> {
@@ -313,9 +321,7 @@ impl RenewalThread {
                     };
                     if reply == 1 {
                         state.renewed(sent_at, self.lease);
-                    } else if self.registry.contains(*id)
-                        && state.mark_lost(LostReason::Taken)
-                    {
+                    } else if self.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
                         Counters::add(&self.counters.lost, 1);
                         log::warn!(
                             "redmutex: lock {lock_key} was lost: renewal found it no longer \

@@ -47,6 +47,8 @@ pub struct Stats {
     pub renewals: u64,
     /// Round trips the renewal thread used for them.
     pub renewal_round_trips: u64,
+    /// Time the renewal thread spent renewing.
+    pub renewal_time: Duration,
     /// Leases registered for renewal right now.
     pub renewed_leases: u64,
     /// Release announcements received by the subscriber.
@@ -75,7 +77,7 @@ impl Counters {
 
     pub(crate) fn snapshot(&self, renewal: &Renewal, notifier: &Notifier) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let (renewals, renewal_round_trips) = renewal.counters();
+        let (renewals, renewal_round_trips, renewal_time) = renewal.counters();
         let (notifications, subscriber_reconnects) = notifier.counters();
         Stats {
             acquisitions: get(&self.acquisitions),
@@ -88,6 +90,7 @@ impl Counters {
             lost: get(&self.lost),
             renewals,
             renewal_round_trips,
+            renewal_time,
             renewed_leases: renewal.registered() as u64,
             notifications,
             subscriber_reconnects,

@@ -11,6 +11,7 @@ use support::{eventually, threads_named, RedisServer};
 // Thread names are cut to 15 bytes by Linux.
 const RENEWAL: &str = "redmutex-renew";
 const NOTIFY: &str = "redmutex-notify";
+const POOL: &str = "redmutex-pool";
 
 /// Makes a waiter wait briefly, which starts the subscriber thread.
 fn contend(client: &Client) {
@@ -60,6 +61,10 @@ fn renewal_thread_starts_lazily_and_stops_with_the_client() {
     assert!(
         eventually(Duration::from_secs(30), || threads_named(NOTIFY) == 0),
         "subscriber thread still running after the client was dropped"
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || threads_named(POOL) == 0),
+        "pool thread still running after the client was dropped"
     );
 
     // shutdown() joins it at once.
