@@ -11,6 +11,7 @@ use crate::fair_mutex;
 use crate::hold::Hold;
 use crate::lease::{LeaseWatch, LostReason};
 use crate::mutex::{millis, validate_lease};
+use crate::poison::PoisonInfo;
 use crate::reentrancy;
 use crate::scripts;
 use crate::stats::Counters;
@@ -56,7 +57,45 @@ impl MutexGuard {
     }
 
     /// The fencing token of this acquisition: strictly greater than that of every earlier
-    /// acquisition of the same lock name. Re-entrant guards share their outer guard's token.
+    /// acquisition of the same lock name, by any client in any process. Re-entrant guards
+    /// share their outer guard's token.
+    ///
+    /// A lease can run out while its holder is paused (GC, swap, `SIGSTOP`), and another
+    /// holder can take the lock meanwhile. The lock alone cannot stop the paused holder from
+    /// writing afterwards; the resource can: pass the token with every write, and let the
+    /// resource refuse a token lower than the highest it has accepted.
+    ///
+    /// Tokens keep increasing after Redis lost its data (a restart without persistence): a
+    /// missing counter starts again from the Redis server's clock in microseconds. What
+    /// remains assumed is that this clock does not go back.
+    ///
+    /// # Examples
+    ///
+    /// A resource that checks the token (here a Redis hash, with the check in one script):
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let mut storage = redis::Client::open("redis://127.0.0.1/")?.get_connection()?;
+    /// // Accept the write only from a token at least as high as any accepted before.
+    /// let fenced_write = redis::Script::new(
+    ///     r"local seen = tonumber(redis.call('HGET', KEYS[1], 'token') or '0')
+    ///       if tonumber(ARGV[1]) < seen then return 0 end
+    ///       redis.call('HSET', KEYS[1], 'token', ARGV[1], 'value', ARGV[2])
+    ///       return 1",
+    /// );
+    ///
+    /// let guard = client.mutex("stock:sku-42").lock()?;
+    /// let accepted: i64 = fenced_write
+    ///     .key("stock:sku-42:data")
+    ///     .arg(guard.fencing_token())
+    ///     .arg(17)
+    ///     .invoke(&mut storage)?;
+    /// if accepted == 0 {
+    ///     eprintln!("a later holder wrote first: this holder's lease had run out");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn fencing_token(&self) -> u64 {
         self.hold.fencing_token
     }
@@ -144,6 +183,87 @@ impl MutexGuard {
         self.release()
     }
 
+    /// Whether the previous holder's thread panicked while holding the lock (in any
+    /// process), and who and when. One round trip.
+    ///
+    /// Unlike `std::sync::Mutex`, a poisoned lock still locks: [`Mutex::lock`] does not fail
+    /// because of it, so callers that do not care need do nothing. Callers that do care check
+    /// here after locking, repair the protected resource, then
+    /// [`clear_poison`](Self::clear_poison). A holder whose process was killed (or that
+    /// aborts on panic) leaves no record: its lock simply expires after its lease.
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("ledger").lock()?;
+    /// if let Some(poison) = guard.poison()? {
+    ///     eprintln!("previous holder died mid-way: {poison}; repairing");
+    ///     // ... check and repair the ledger ...
+    ///     guard.clear_poison()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`Mutex::lock`]: crate::Mutex::lock
+    pub fn poison(&self) -> Result<Option<PoisonInfo>> {
+        let keys = &self.hold.keys;
+        let stored: Option<String> = self.client.call("reading the poison record", |c| {
+            redis::cmd("GET").arg(&keys.poison).query(c)
+        })?;
+        Ok(stored.map(|s| PoisonInfo::decode(&s)))
+    }
+
+    /// Removes the poison record of this lock. Returns whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease is known to be lost (only the holder may clear
+    /// it); connection and timeout errors.
+    pub fn clear_poison(&self) -> Result<bool> {
+        if let Some(reason) = self.hold.lease.lost_reason() {
+            return Err(self.lost(reason));
+        }
+        let keys = &self.hold.keys;
+        let removed: i64 = self.client.call("clearing the poison record", |c| {
+            redis::cmd("DEL").arg(&keys.poison).query(c)
+        })?;
+        Ok(removed == 1)
+    }
+
+    /// Leaves the poison record on the way out of a panicking thread. Best effort: a failure
+    /// is logged.
+    #[cold]
+    fn mark_poisoned(&self) {
+        let keys = &self.hold.keys;
+        let record = PoisonInfo::here(&self.hold.token).encode();
+        let result = self.client.call("recording the panic", |c| {
+            scripts::MARK_POISONED
+                .key(&keys.lock)
+                .key(&keys.poison)
+                .arg(&*self.hold.token)
+                .arg(&record)
+                .invoke::<i64>(c)
+        });
+        match result {
+            Ok(_) => log::warn!(
+                "redmutex: a thread panicked while holding lock {:?}; it is released and \
+                 marked poisoned",
+                self.hold.name
+            ),
+            Err(e) => log::warn!(
+                "redmutex: a thread panicked while holding lock {:?}, and marking it \
+                 poisoned failed: {e}",
+                self.hold.name
+            ),
+        }
+    }
+
     fn lost(&self, reason: LostReason) -> Error {
         if self.hold.lease.mark_lost(reason.clone()) {
             Counters::add(&self.client.counters.lost, 1);
@@ -161,6 +281,9 @@ impl MutexGuard {
         self.released = true;
         if !reentrancy::exit(self.client.id, &self.hold.lock_key) {
             return Ok(());
+        }
+        if std::thread::panicking() {
+            self.mark_poisoned();
         }
         if let Some(id) = self.hold.renewal_id {
             self.client.renewal.cancel(id);

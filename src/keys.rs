@@ -25,6 +25,8 @@ pub(crate) struct LockKeys {
     pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
     pub(crate) channel: Arc<str>,
+    /// `P:{N}:poison` — left by a holder whose thread panicked; see `PoisonInfo`.
+    pub(crate) poison: String,
     /// `P:{N}:queue` — a fair lock's waiters, in arrival order.
     pub(crate) queue: String,
     /// `P:{N}:timeouts` — when each waiter of a fair lock counts as dead (server time, ms).
@@ -60,6 +62,7 @@ impl LockKeys {
             fence: with(":fence"),
             waiting: with(":waiting"),
             channel: Arc::from(with(":ch")),
+            poison: with(":poison"),
             queue: with(":queue"),
             timeouts: with(":timeouts"),
             waiter_channel_prefix: with(":ch:"),

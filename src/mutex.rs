@@ -58,6 +58,14 @@ use crate::wait::Pause;
 /// that releases and locks again often wins. Use [`FairMutex`](crate::FairMutex) for
 /// first-come, first-served.
 ///
+/// # Poisoning
+///
+/// When a thread panics while holding the lock, its guard releases the lock at once (waiters
+/// need not wait out the lease) and leaves a record of who panicked and when, which the next
+/// holder, in any process, reads with [`MutexGuard::poison`] and clears with
+/// [`MutexGuard::clear_poison`]. Unlike `std::sync::Mutex`, `lock()` does not fail on a
+/// poisoned lock: code that does not care keeps working with `lock()?`.
+///
 /// # Differences from `std::sync::Mutex`
 ///
 /// - It protects no data in memory: it guards a resource outside the process (a row, a file,

@@ -90,6 +90,24 @@ return 0
     )
 });
 
+/// Record that the holder's thread panicked, if the lock still holds its token (the release
+/// follows). The record stays until a holder clears it.
+///
+/// - KEYS[1]: the lock key; KEYS[2]: the poison record.
+/// - ARGV[1]: the token; ARGV[2]: the record.
+/// - Reply: 1 when recorded, 0 when the lock no longer held the token.
+pub(crate) static MARK_POISONED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
 /// Whether the lock still holds our token, and for how long.
 ///
 /// - KEYS[1]: the lock key.
