@@ -85,6 +85,34 @@ impl ClientShared {
         }
     }
 
+    /// After an acquire on connection `c`: how many replicas acknowledged it, when the client
+    /// asks for acknowledgements (`WAIT` must run on the connection that wrote).
+    pub(crate) fn replica_acks(
+        &self,
+        c: &mut redis::Connection,
+    ) -> redis::RedisResult<Option<i64>> {
+        match self.config.replica_acks {
+            Some((replicas, timeout)) => {
+                let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+                redis::cmd("WAIT")
+                    .arg(replicas)
+                    .arg(timeout_ms)
+                    .query::<i64>(c)
+                    .map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The error of an acquire that too few replicas acknowledged (and that was rolled back).
+    pub(crate) fn not_replicated(&self, acks: i64) -> Error {
+        let wanted = self.config.replica_acks.map_or(0, |(n, _)| n);
+        Error::new(
+            crate::ErrorKind::NotReplicated,
+            format!("{acks} of the {wanted} replicas asked for acknowledged the acquire in time; it was rolled back"),
+        )
+    }
+
     /// Runs one call on a pooled connection.
     pub(crate) fn call_once<T>(
         &self,
@@ -107,6 +135,8 @@ pub(crate) struct Config {
     pub(crate) key_prefix: String,
     pub(crate) backoff_base: Duration,
     pub(crate) backoff_cap: Duration,
+    /// Replicas that must acknowledge an acquire, and how long to wait for them.
+    pub(crate) replica_acks: Option<(u32, Duration)>,
 }
 
 impl Client {
@@ -228,6 +258,7 @@ pub struct Builder {
     key_prefix: String,
     backoff_base: Duration,
     backoff_cap: Duration,
+    replica_acks: Option<(u32, Duration)>,
 }
 
 impl Default for Builder {
@@ -248,6 +279,7 @@ impl Builder {
             key_prefix: "redmutex".to_owned(),
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
+            replica_acks: None,
         }
     }
 
@@ -314,6 +346,22 @@ impl Builder {
         self
     }
 
+    /// Makes every acquire wait until `replicas` replicas acknowledged it (Redis `WAIT`), for
+    /// at most `timeout`. When fewer do, the acquire is rolled back (the lock deleted with its
+    /// own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated).
+    ///
+    /// This narrows, but does not close, the window in which a failover to a replica forgets a
+    /// lock: Redis replication stays asynchronous, and a replica that acknowledged can still
+    /// lose the write in a crash. It costs one more round trip per acquire, and at least one
+    /// replication round trip.
+    ///
+    /// Defaults to off. `replicas` must be at least 1, and `timeout` at least 1 ms and below
+    /// the [response timeout](Builder::response_timeout).
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some((replicas, timeout));
+        self
+    }
+
     fn validate(&self) -> Result<Config> {
         if self.pool_size == 0 {
             return Err(Error::config("pool size must be at least 1"));
@@ -354,6 +402,7 @@ impl Builder {
             key_prefix: self.key_prefix.clone(),
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
+            replica_acks: self.replica_acks,
         })
     }
 
@@ -442,6 +491,8 @@ mod tests {
             Builder::new().key_prefix("a{b}"),
             Builder::new().backoff(Duration::ZERO, Duration::from_secs(1)),
             Builder::new().backoff(Duration::from_secs(2), Duration::from_secs(1)),
+            Builder::new().replica_acks(0, Duration::from_secs(1)),
+            Builder::new().replica_acks(1, Duration::ZERO),
         ];
         for b in cases {
             let dbg = format!("{b:?}");

@@ -37,6 +37,9 @@ pub enum ErrorKind {
     Auth,
     /// Any other error reply from Redis (`OOM`, `READONLY`, `BUSY`, a script error, …).
     Server,
+    /// Fewer replicas than [`Builder::replica_acks`](crate::Builder::replica_acks) asks for
+    /// acknowledged an acquire in time; the acquire was rolled back.
+    NotReplicated,
 }
 
 impl ErrorKind {
@@ -51,6 +54,7 @@ impl ErrorKind {
             ErrorKind::NotHeld => "lock not held",
             ErrorKind::Auth => "authentication or permission error",
             ErrorKind::Server => "error reply from redis",
+            ErrorKind::NotReplicated => "not acknowledged by enough replicas",
         }
     }
 }
@@ -144,6 +148,11 @@ impl Error {
     /// Whether the calling thread does not hold the lock.
     pub fn is_not_held(&self) -> bool {
         self.kind == ErrorKind::NotHeld
+    }
+
+    /// Whether too few replicas acknowledged an acquire (which was rolled back).
+    pub fn is_not_replicated(&self) -> bool {
+        self.kind == ErrorKind::NotReplicated
     }
 
     /// Whether Redis refused the credentials or a permission.

@@ -305,7 +305,7 @@ fn attempt(
     let sent_at = Instant::now();
     let reply = client.call_once("acquiring the fair lock", |c| {
         Counters::add(&client.counters.attempts, 1);
-        scripts::FAIR_ACQUIRE
+        let (taken, value) = scripts::FAIR_ACQUIRE
             .key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.queue)
@@ -315,15 +315,29 @@ fn attempt(
             .arg(waiter_timeout)
             .arg(if mode == Mode::Wait { "wait" } else { "try" })
             .arg(&keys.waiter_channel_prefix)
-            .invoke::<(i64, i64)>(c)
+            .invoke::<(i64, i64)>(c)?;
+        let acks = match taken {
+            1 => client.replica_acks(c)?,
+            _ => None,
+        };
+        Ok((taken, value, acks))
     });
     match reply {
-        Ok((1, fencing_token)) => {
+        Ok((1, _, Some(acks)))
+            if client
+                .config
+                .replica_acks
+                .is_some_and(|(n, _)| acks < i64::from(n)) =>
+        {
+            m.release_orphan(keys, token);
+            Err(client.not_replicated(acks))
+        }
+        Ok((1, fencing_token, _)) => {
             let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
             m.acquired(keys, lease, token.to_owned(), fencing_token, sent_at)
                 .map(Attempt::Acquired)
         }
-        Ok((0, wait_ms)) => Ok(Attempt::Held(Duration::from_millis(
+        Ok((0, wait_ms, _)) => Ok(Attempt::Held(Duration::from_millis(
             u64::try_from(wait_ms).unwrap_or(0),
         ))),
         Ok(other) => Err(Error::new(

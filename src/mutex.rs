@@ -450,21 +450,35 @@ impl Mutex {
             let sent_at = Instant::now();
             let reply = client.call_once("acquiring the lock", |c| {
                 Counters::add(&client.counters.attempts, 1);
-                scripts::ACQUIRE
+                let (taken, value) = scripts::ACQUIRE
                     .key(&keys.lock)
                     .key(&keys.fence)
                     .key(&keys.waiting)
                     .arg(&token)
                     .arg(millis(lease))
-                    .invoke::<(i64, i64)>(c)
+                    .invoke::<(i64, i64)>(c)?;
+                let acks = match taken {
+                    1 => client.replica_acks(c)?,
+                    _ => None,
+                };
+                Ok((taken, value, acks))
             });
             return match reply {
-                Ok((1, fencing_token)) => {
+                Ok((1, _, Some(acks)))
+                    if client
+                        .config
+                        .replica_acks
+                        .is_some_and(|(n, _)| acks < i64::from(n)) =>
+                {
+                    self.release_orphan(keys, &token);
+                    Err(client.not_replicated(acks))
+                }
+                Ok((1, fencing_token, _)) => {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
                     self.acquired(keys, lease, token, fencing_token, sent_at)
                         .map(Attempt::Acquired)
                 }
-                Ok((0, ttl)) => Ok(Attempt::Held(Duration::from_millis(
+                Ok((0, ttl, _)) => Ok(Attempt::Held(Duration::from_millis(
                     u64::try_from(ttl).unwrap_or(0),
                 ))),
                 Ok(other) => Err(Error::new(
