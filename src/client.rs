@@ -393,6 +393,18 @@ impl Builder {
                 "backoff cap must not be below the backoff base",
             ));
         }
+        if let Some((replicas, timeout)) = self.replica_acks {
+            if replicas == 0 || timeout < Duration::from_millis(1) {
+                return Err(Error::config(
+                    "replica acknowledgements need at least 1 replica and a timeout of 1 ms or more",
+                ));
+            }
+            if timeout >= self.response_timeout {
+                return Err(Error::config(
+                    "the replica acknowledgement timeout must be below the response timeout",
+                ));
+            }
+        }
         Ok(Config {
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,
@@ -493,6 +505,7 @@ mod tests {
             Builder::new().backoff(Duration::from_secs(2), Duration::from_secs(1)),
             Builder::new().replica_acks(0, Duration::from_secs(1)),
             Builder::new().replica_acks(1, Duration::ZERO),
+            Builder::new().replica_acks(1, Duration::from_secs(3)),
         ];
         for b in cases {
             let dbg = format!("{b:?}");
