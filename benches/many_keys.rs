@@ -21,13 +21,6 @@ use support::RedisServer;
 const THREADS: usize = 16;
 const NAMES: u32 = 1000;
 
-const RELEASE_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"#;
-
 /// Runs `THREADS` threads of `body` for `time`; returns cycles per second. `body` gets the
 /// thread's number and a stop flag, and returns how many cycles it did.
 fn run_threads<F>(time: Duration, body: F) -> f64
@@ -65,7 +58,7 @@ fn raw_round(url: &str, time: Duration) -> f64 {
             .expect("url")
             .get_connection()
             .expect("connect");
-        let release = redis::Script::new(RELEASE_LUA);
+        let release = redis::Script::new(common::RAW_RELEASE_LUA);
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let key = format!("raw:{}", fastrand::u32(0..NAMES));

@@ -58,17 +58,6 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize] as f64
 }
 
-fn connected_clients(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query(&mut server.conn())
-        .expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("connected_clients:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
 struct Level {
     held: usize,
     acquire_p50_us: f64,
@@ -125,7 +114,7 @@ fn held_locks(server: &RedisServer, levels: &[usize], periods: u32) -> Vec<Level
             cpu_ms_per_period: cpu * 1000.0 / p,
             heap_bytes_per_lock: heap as f64 / level as f64,
             threads: common::thread_count(),
-            connections: connected_clients(server),
+            connections: server.info_number("clients", "connected_clients"),
         });
         assert!(guards.iter().all(|g| !g.is_lost()), "a lease was lost");
     }

@@ -9,17 +9,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use redmutex::Client;
 use support::RedisServer;
-
-const RELEASE_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"#;
 
 // Copies of the crate's acquire and release scripts (src/scripts.rs).
 const ACQUIRE_LUA: &str = r#"
@@ -112,7 +107,7 @@ fn interleaved_rates(time: Duration, variants: &mut [Cycle<'_>]) -> Vec<f64> {
 
 fn raw_cycle(server: &RedisServer) -> Cycle<'static> {
     let mut conn = server.conn();
-    let release = redis::Script::new(RELEASE_LUA);
+    let release = redis::Script::new(common::RAW_RELEASE_LUA);
     let mut seq = 0u64;
     Box::new(move || {
         seq += 1;

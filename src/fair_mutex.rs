@@ -213,8 +213,7 @@ pub(crate) fn acquire(
     match attempt(m, keys, lease, &token, Mode::Try)? {
         Attempt::Acquired(guard) => Ok(Some(guard)),
         Attempt::Held(_) if !may_wait => {
-            Counters::add(&client.counters.contended, 1);
-            Counters::add(&client.counters.gave_up, 1);
+            client.counters.gave_up_at_once();
             Ok(None)
         }
         Attempt::Held(_) => {
@@ -251,17 +250,7 @@ fn wait_in_queue(
     confirm: bool,
 ) -> Result<Option<MutexGuard>> {
     let client = &m.client;
-    let counters = &client.counters;
-    Counters::add(&counters.contended, 1);
-    let started = Instant::now();
-    let finish = |result: Result<Option<MutexGuard>>| {
-        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        Counters::add(&counters.wait_nanos, waited);
-        if matches!(result, Ok(None)) {
-            Counters::add(&counters.gave_up, 1);
-        }
-        result
-    };
+    let wait = client.counters.contended_wait();
     let mut pause = Pause::new(subscription, &client.config);
     if confirm {
         let confirm_by = Instant::now() + client.config.response_timeout;
@@ -278,16 +267,16 @@ fn wait_in_queue(
     loop {
         let seen = pause.seen();
         let hint = match attempt(m, keys, lease, &token, Mode::Wait) {
-            Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
+            Ok(Attempt::Acquired(guard)) => return wait.finish(Ok(Some(guard))),
             Ok(Attempt::Held(hint)) => hint,
             Err(e) => {
                 leave(m, keys, &token);
-                return finish(Err(e));
+                return wait.finish(Err(e));
             }
         };
         if !pause.wait(seen, hint, deadline) {
             leave(m, keys, &token);
-            return finish(Ok(None));
+            return wait.finish(Ok(None));
         }
     }
 }

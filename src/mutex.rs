@@ -352,8 +352,7 @@ impl Mutex {
         match self.attempt(keys, lease)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
-                Counters::add(&self.client.counters.contended, 1);
-                Counters::add(&self.client.counters.gave_up, 1);
+                self.client.counters.gave_up_at_once();
                 Ok(None)
             }
             Attempt::Held(ttl) => {
@@ -398,19 +397,9 @@ impl Mutex {
         early: Option<(Subscription, u64, Duration)>,
     ) -> Result<Option<MutexGuard>> {
         let client = &self.client;
-        let counters = &client.counters;
-        Counters::add(&counters.contended, 1);
-        let started = Instant::now();
-        let finish = |result: Result<Option<MutexGuard>>| {
-            let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            Counters::add(&counters.wait_nanos, waited);
-            if matches!(result, Ok(None)) {
-                Counters::add(&counters.gave_up, 1);
-            }
-            result
-        };
+        let wait = client.counters.contended_wait();
         let Some(pass) = client.gates.lead(&self.lock_key, deadline) else {
-            return finish(Ok(None));
+            return wait.finish(Ok(None));
         };
         let (subscription, mut skip_attempt) = match early {
             // Nobody led meanwhile: the failed attempt still stands.
@@ -428,14 +417,14 @@ impl Mutex {
                 None => {
                     let seen = pause.seen();
                     match self.attempt(keys, lease) {
-                        Ok(Attempt::Acquired(guard)) => return finish(Ok(Some(guard))),
+                        Ok(Attempt::Acquired(guard)) => return wait.finish(Ok(Some(guard))),
                         Ok(Attempt::Held(ttl)) => (seen, ttl),
-                        Err(e) => return finish(Err(e)),
+                        Err(e) => return wait.finish(Err(e)),
                     }
                 }
             };
             if !pause.wait(seen, remaining_ttl, deadline) {
-                return finish(Ok(None));
+                return wait.finish(Ok(None));
             }
         }
     }

@@ -137,13 +137,23 @@ impl Notifier {
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
     ) -> Option<Subscription> {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let signal = Arc::new(Signal::default());
         let mut state = self.shared.state.lock();
         let entry = state.channels.get_mut(channel)?;
         if !entry.confirmed {
             return None;
         }
+        Some(self.register(entry, channel, filter))
+    }
+
+    /// Adds a waiter to a channel's entry (under the state lock).
+    fn register(
+        &self,
+        entry: &mut Channel,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Subscription {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let signal = Arc::new(Signal::default());
         entry.idle_since = None;
         entry.registrations.insert(
             id,
@@ -152,12 +162,12 @@ impl Notifier {
                 signal: Arc::clone(&signal),
             },
         );
-        Some(Subscription {
+        Subscription {
             shared: Arc::clone(&self.shared),
             channel: Arc::clone(channel),
             id,
             signal,
-        })
+        }
     }
 
     /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
@@ -168,26 +178,10 @@ impl Notifier {
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
     ) -> Option<Subscription> {
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let signal = Arc::new(Signal::default());
-        let needs_subscribe = {
+        let (subscription, needs_subscribe) = {
             let mut state = self.shared.state.lock();
             let entry = state.channels.entry(Arc::clone(channel)).or_default();
-            entry.idle_since = None;
-            entry.registrations.insert(
-                id,
-                Registration {
-                    filter,
-                    signal: Arc::clone(&signal),
-                },
-            );
-            !entry.confirmed
-        };
-        let subscription = Subscription {
-            shared: Arc::clone(&self.shared),
-            channel: Arc::clone(channel),
-            id,
-            signal,
+            (self.register(entry, channel, filter), !entry.confirmed)
         };
         if !self.ensure_running(needs_subscribe) {
             return None;

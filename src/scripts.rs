@@ -7,6 +7,31 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// The next fencing token of a lock just taken: `INCR` of the counter, which starts at the
+/// server's clock in microseconds when missing (first use, or Redis lost its data), so that
+/// tokens never go backwards across a restart. When the counter is not an integer, the lock
+/// is given back and `nil` returned.
+const FENCE_PRELUDE: &str = r#"
+local function next_fence(lock, counter)
+  local fence = redis.pcall('INCR', counter)
+  if type(fence) == 'table' then
+    redis.call('DEL', lock)
+    return nil
+  end
+  if fence == 1 then
+    local now = redis.call('TIME')
+    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('SET', counter, string.format('%.0f', fence))
+  end
+  return fence
+end
+"#;
+
+/// A script whose body may call `next_fence`.
+fn with_fence(body: &str) -> Script {
+    Script::new(&format!("{FENCE_PRELUDE}{body}"))
+}
+
 /// Take the lock if it is free.
 ///
 /// - KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiters flag.
@@ -18,26 +43,19 @@ use redis::Script;
 ///   expiry, or the counter is not an integer.
 ///
 /// `SET … NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
-/// key is not a string: the type check costs nothing. A missing counter (first use, or Redis
-/// lost its data) starts at the server's clock in microseconds, so that fencing tokens never
-/// go backwards across a restart.
+/// key is not a string: the type check costs nothing. The fencing token comes from
+/// `next_fence` (see `FENCE_PRELUDE`).
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    with_fence(
         r#"
 local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if type(previous) == 'table' and previous['err'] then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
 if not previous then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
-    redis.call('DEL', KEYS[1])
+  local fence = next_fence(KEYS[1], KEYS[2])
+  if not fence then
     return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
-  if fence == 1 then
-    local now = redis.call('TIME')
-    fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', fence))
   end
   return {1, fence}
 end
@@ -187,7 +205,7 @@ end
 "#;
 
 fn fair_script(body: &str) -> Script {
-    Script::new(&format!("{FAIR_PRELUDE}{body}"))
+    with_fence(&format!("{FAIR_PRELUDE}{body}"))
 }
 
 /// Take a fair lock when it is free and it is our turn (the queue is empty or we are its
@@ -216,15 +234,9 @@ if not holder and (not head or head == ARGV[1]) then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
   end
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
-    redis.call('DEL', KEYS[1])
+  local fence = next_fence(KEYS[1], KEYS[2])
+  if not fence then
     return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
-  if fence == 1 then
-    local t = redis.call('TIME')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', KEYS[2], string.format('%.0f', fence))
   end
   if redis.call('LLEN', KEYS[3]) == 0 then
     redis.call('DEL', KEYS[3], KEYS[4])

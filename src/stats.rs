@@ -2,7 +2,7 @@
 //! and the benchmarks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::notify::Notifier;
 use crate::renewal::Renewal;
@@ -57,6 +57,24 @@ pub struct Stats {
     pub subscriber_reconnects: u64,
 }
 
+/// A contended acquire being timed.
+pub(crate) struct ContendedWait<'a> {
+    counters: &'a Counters,
+    started: Instant,
+}
+
+impl ContendedWait<'_> {
+    /// Records the wait's time, and a give-up when it ends without the lock.
+    pub(crate) fn finish<T>(&self, result: crate::Result<Option<T>>) -> crate::Result<Option<T>> {
+        let waited = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        Counters::add(&self.counters.wait_nanos, waited);
+        if matches!(result, Ok(None)) {
+            Counters::add(&self.counters.gave_up, 1);
+        }
+        result
+    }
+}
+
 /// The live counters behind [`Stats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -73,6 +91,21 @@ pub(crate) struct Counters {
 impl Counters {
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A single attempt found the lock held and the caller would not wait.
+    pub(crate) fn gave_up_at_once(&self) {
+        Counters::add(&self.contended, 1);
+        Counters::add(&self.gave_up, 1);
+    }
+
+    /// Counts a contended acquire and times its wait; see [`ContendedWait::finish`].
+    pub(crate) fn contended_wait(&self) -> ContendedWait<'_> {
+        Counters::add(&self.contended, 1);
+        ContendedWait {
+            counters: self,
+            started: Instant::now(),
+        }
     }
 
     pub(crate) fn snapshot(&self, renewal: &Renewal, notifier: &Notifier) -> Stats {

@@ -20,14 +20,7 @@ fn slow_backoff_client(server: &RedisServer) -> Client {
 }
 
 fn commands_processed(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("stats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("total_commands_processed:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("total_commands_processed in INFO stats")
+    server.info_number("stats", "total_commands_processed")
 }
 
 #[test]

@@ -6,6 +6,14 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+/// The raw loops' release: the classic compare-and-delete.
+pub const RAW_RELEASE_LUA: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
 /// Whether this is a real measurement (`cargo bench`, which passes `--bench`) rather than
 /// the short smoke run of `cargo test --benches`.
 pub fn measuring() -> bool {

@@ -146,6 +146,19 @@ impl RedisServer {
         conn
     }
 
+    /// A number from `INFO <section>`, such as `total_commands_processed` in `stats`.
+    pub fn info_number(&self, section: &str, field: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query(&mut self.conn())
+            .expect("INFO");
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no number {field} in INFO {section}"))
+    }
+
     /// Kills the server with SIGKILL and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
