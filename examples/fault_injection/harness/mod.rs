@@ -1,0 +1,141 @@
+//! A fault-injection run: worker processes take one lock and write to a fenced resource while
+//! a driver kills, stops and disconnects them and restarts and stalls Redis; a checker then
+//! reads the recorded history.
+
+pub mod driver;
+pub mod faults;
+pub mod history;
+pub mod resource;
+pub mod servers;
+pub mod worker;
+
+use std::time::Duration;
+
+pub use driver::{run, Outcome};
+pub use worker::run_if_worker;
+
+/// The error type of the harness: anything, with a message.
+pub type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// The shape of a run.
+pub struct Config {
+    pub processes: usize,
+    pub threads: usize,
+    /// `FairMutex` instead of `Mutex`.
+    pub fair: bool,
+    /// The lease of every hold; faults are sized from it.
+    pub lease: Duration,
+    /// Rounds of faults; each round injects every kind once, in a random order.
+    pub rounds: usize,
+    /// The pause after each fault.
+    pub gap: Duration,
+    /// The time with no faults at the end, in which every live process must acquire.
+    pub quiet: Duration,
+    /// Called with a line of progress now and then.
+    pub progress: &'static (dyn Fn(&str) + Sync),
+}
+
+impl Outcome {
+    /// Everything that broke a guarantee; empty when the run passed.
+    pub fn violations(&self, config: &Config) -> Vec<String> {
+        let f = &self.findings;
+        let mut v = Vec::new();
+        if f.accepted_out_of_order > 0 {
+            v.push(format!(
+                "{} writes accepted out of order",
+                f.accepted_out_of_order
+            ));
+        }
+        if f.duplicate_tokens > 0 {
+            v.push(format!(
+                "{} fencing tokens handed out twice",
+                f.duplicate_tokens
+            ));
+        }
+        if f.stale_holds_detected < f.stale_holds {
+            v.push(format!(
+                "{} of {} stale holds went on without learning of it",
+                f.stale_holds - f.stale_holds_detected,
+                f.stale_holds
+            ));
+        }
+        if f.fence_order_violations > 0 {
+            v.push(format!(
+                "{} holds got a token not above an earlier hold's",
+                f.fence_order_violations
+            ));
+        }
+        if !f.malformed.is_empty() {
+            v.push(format!("unreadable history lines: {:?}", f.malformed));
+        }
+        for p in &self.processes {
+            if let Some(failure) = &p.failure {
+                v.push(format!("worker process {}: {failure}", p.index));
+            }
+            if p.killed {
+                continue;
+            }
+            if f.quiet_acquisitions.get(&p.index).copied().unwrap_or(0) == 0 {
+                v.push(format!(
+                    "worker process {} made no progress after the faults",
+                    p.index
+                ));
+            }
+            let done = f.threads_done.get(&p.index).copied().unwrap_or(0);
+            if done != config.threads as u64 {
+                v.push(format!(
+                    "worker process {}: {done} of {} threads finished",
+                    p.index, config.threads
+                ));
+            }
+        }
+        v
+    }
+
+    /// A table of what happened, for people.
+    pub fn summary(&self) -> String {
+        let f = &self.findings;
+        let faults: u64 = f.faults.values().sum();
+        let killed = self.processes.iter().filter(|p| p.killed).count();
+        let mut s = String::new();
+        let mut line = |label: &str, value: String| s.push_str(&format!("{label:<44} {value}\n"));
+        line("run time", format!("{:.1?}", self.elapsed));
+        line(
+            "worker processes (killed)",
+            format!("{} ({killed})", self.processes.len()),
+        );
+        line("acquisitions", f.acquisitions.to_string());
+        line("faults injected", format!("{faults} {:?}", f.faults));
+        line(
+            "holder faults that hit a hold",
+            self.holder_faults_on_a_hold.to_string(),
+        );
+        line("fenced writes accepted", f.writes_accepted.to_string());
+        line("stale writes rejected", f.stale_writes_rejected.to_string());
+        line(
+            "accepted out of order (must be 0)",
+            f.accepted_out_of_order.to_string(),
+        );
+        line(
+            "tokens handed out twice (must be 0)",
+            f.duplicate_tokens.to_string(),
+        );
+        line(
+            "stale holds: overlapped a newer (detected)",
+            format!("{} ({})", f.stale_holds, f.stale_holds_detected),
+        );
+        line(
+            "overlapping pairs of holds",
+            f.overlapping_pairs.to_string(),
+        );
+        line("lost seen before a write", f.lost_before_write.to_string());
+        line("unlock said LockLost", f.unlock_lost.to_string());
+        line("unlock failed otherwise", format!("{:?}", f.unlock_errors));
+        line("acquire errors", format!("{:?}", f.acquire_errors));
+        line(
+            "fence order violations (must be 0)",
+            f.fence_order_violations.to_string(),
+        );
+        s
+    }
+}

@@ -1,0 +1,115 @@
+//! `redis-server` processes of the run's own, on free loopback ports, with no persistence, so
+//! that a restart loses every lock exactly as an unpersisted production server would.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::AnyResult;
+
+/// A `redis-server` owned by the run; killed and its directory removed when dropped.
+pub struct RedisProcess {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RedisProcess {
+    /// Starts a server on a free port; `tag` names its directory.
+    pub fn start(tag: &str) -> AnyResult<RedisProcess> {
+        let dir = std::env::temp_dir().join(format!(
+            "redmutex-faults-{}-{tag}-{}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut last = String::new();
+        for _ in 0..10 {
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let mut server = RedisProcess {
+                port,
+                dir: dir.clone(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        Err(format!("could not start redis-server: {last}").into())
+    }
+
+    fn spawn(&mut self) -> AnyResult<()> {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--logfile", "redis.log"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start redis-server (is it installed?): {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    self.child = None;
+                    return Err(format!("redis-server exited at start: {status}").into());
+                }
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err("redis-server did not start within 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A plain connection with generous timeouts, for the driver.
+    pub fn connection(&self, timeout: Duration) -> AnyResult<redis::Connection> {
+        let conn = redis::Client::open(self.url())?.get_connection_with_timeout(timeout)?;
+        conn.set_read_timeout(Some(timeout))?;
+        conn.set_write_timeout(Some(timeout))?;
+        Ok(conn)
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port, empty.
+    pub fn restart(&mut self) -> AnyResult<()> {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self.spawn() {
+                Ok(()) => return Ok(()),
+                // The port may take a moment to be free again.
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,66 @@
+//! The fault-injection suite: 6 processes x 4 threads take one lock and write to a fenced
+//! resource while holders are killed and stopped, Redis is restarted and stalled and its
+//! connections are killed; a checker over the recorded history asserts the guarantees.
+//!
+//! The same harness runs longer as `cargo run --release --example fault_injection`.
+
+#[allow(dead_code)]
+#[path = "../examples/fault_injection/harness/mod.rs"]
+mod harness;
+
+use std::process::Command;
+use std::time::Duration;
+
+const ENTRY: &str = "fault_injection_worker_entry";
+
+/// The entry point of the worker processes; does nothing in a normal test run.
+#[test]
+fn fault_injection_worker_entry() {
+    if let Err(e) = harness::run_if_worker() {
+        panic!("worker failed: {e}");
+    }
+}
+
+/// Runs of the two lock kinds, one at a time: each has 24 threads on a 2-core machine.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run(fair: bool) {
+    let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let config = harness::Config {
+        processes: 6,
+        threads: 4,
+        fair,
+        lease: Duration::from_secs(1),
+        rounds: 2,
+        gap: Duration::from_millis(1500),
+        quiet: Duration::from_secs(8),
+        progress: &|line| eprintln!("{line}"),
+    };
+    let spawn = || {
+        let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+        cmd.args(["--exact", ENTRY, "--nocapture", "--test-threads", "1"]);
+        cmd
+    };
+    let outcome = harness::run(&config, &spawn).expect("the run itself failed");
+    eprintln!("{}", outcome.summary());
+    let f = &outcome.findings;
+    // The faults really happened and the workers really worked through them.
+    assert_eq!(f.faults.values().sum::<u64>(), 10, "{:?}", f.faults);
+    assert!(f.acquisitions > 100, "only {} acquisitions", f.acquisitions);
+    assert!(
+        f.lost_before_write + f.unlock_lost + f.stale_writes_rejected > 0,
+        "no fault was ever noticed; the faults did not bite"
+    );
+    let violations = outcome.violations(&config);
+    assert!(violations.is_empty(), "{violations:#?}");
+}
+
+#[test]
+fn mutex_keeps_its_guarantees_under_faults() {
+    run(false);
+}
+
+#[test]
+fn fair_mutex_keeps_its_guarantees_under_faults() {
+    run(true);
+}
