@@ -143,6 +143,36 @@ fn killed_connections_are_replaced_transparently() {
 }
 
 #[test]
+fn a_fair_waiter_rides_out_a_killed_connection() {
+    let server = RedisServer::start();
+    let holder = fast_failing_client(&server.url());
+    let waiter = Client::builder()
+        .response_timeout(Duration::from_millis(500))
+        .open(server.url())
+        .unwrap();
+    let g = holder.fair_mutex("f").lock().unwrap();
+    let m = waiter.fair_mutex("f");
+    let waiting = std::thread::spawn(move || m.try_lock_for(LIMIT).map(|g| g.is_some()));
+    let mut conn = server.conn();
+    assert!(
+        eventually(LIMIT, || redis::cmd("LLEN")
+            .arg("redmutex:{f}:queue")
+            .query::<i64>(&mut conn)
+            .unwrap()
+            == 1),
+        "the waiter never queued"
+    );
+    // Every idle pooled connection of the waiter dies; its subscriber stays.
+    let _: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query(&mut conn)
+        .unwrap();
+    g.unlock().unwrap();
+    let got = within(LIMIT, move || waiting.join().unwrap());
+    assert!(got.unwrap(), "the waiter gave up");
+}
+
+#[test]
 fn wrong_or_missing_password_is_an_auth_error_without_the_password() {
     let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
     let wrong = format!("redis://:wrong-staple-99@127.0.0.1:{}/", server.port());
