@@ -85,6 +85,8 @@ mod reentrancy;
 mod renewal;
 mod scripts;
 mod stats;
+#[cfg(feature = "tls")]
+mod tls;
 mod token;
 mod wait;
 
