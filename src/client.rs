@@ -15,6 +15,8 @@ use crate::notify::Notifier;
 use crate::pool::{ConnectionManager, Pool};
 use crate::renewal::Renewal;
 use crate::stats::{Counters, Stats};
+#[cfg(feature = "tls")]
+use crate::tls::{ClientCertificate, TlsSettings};
 use crate::token::TokenSource;
 
 /// The longest lease accepted: 365 days.
@@ -141,7 +143,13 @@ pub(crate) struct Config {
 
 impl Client {
     /// Makes a client with the default settings for the Redis at `url`
-    /// (`redis://[user:password@]host[:port][/db]`).
+    /// (`redis://[user:password@]host[:port][/db]`, or `rediss://…` for TLS, which needs the
+    /// `tls` feature, on by default).
+    ///
+    /// A `rediss://` server's certificate is checked against the system's trust store and
+    /// the URL's host name; for a private CA, use
+    /// [`Builder::tls_ca_certificates`]. A user name and password in the URL are sent with
+    /// `AUTH` on every new connection (Redis ACL users, or `requirepass` with no user name).
     ///
     /// # Errors
     ///
@@ -153,6 +161,7 @@ impl Client {
     /// ```no_run
     /// # fn main() -> redmutex::Result<()> {
     /// let client = redmutex::Client::open("redis://127.0.0.1:6379/0")?;
+    /// let over_tls = redmutex::Client::open("rediss://locker:s3cret@redis.internal:6380/")?;
     /// # Ok(()) }
     /// ```
     pub fn open<T: redis::IntoConnectionInfo>(url: T) -> Result<Client> {
@@ -259,6 +268,8 @@ pub struct Builder {
     backoff_base: Duration,
     backoff_cap: Duration,
     replica_acks: Option<(u32, Duration)>,
+    #[cfg(feature = "tls")]
+    tls: TlsSettings,
 }
 
 impl Default for Builder {
@@ -280,6 +291,8 @@ impl Builder {
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
             replica_acks: None,
+            #[cfg(feature = "tls")]
+            tls: TlsSettings::default(),
         }
     }
 
@@ -362,6 +375,68 @@ impl Builder {
         self
     }
 
+    /// Trusts the certificate authorities in `pem` (one or more PEM `CERTIFICATE` blocks)
+    /// to sign the certificate of a `rediss://` server, instead of the system's trust store:
+    /// for a Redis whose certificate comes from a private CA. The server's certificate must
+    /// still name the URL's host (a DNS name or an IP address in its subject alternative
+    /// names).
+    ///
+    /// Defaults to the system's trust store. Needs a `rediss://` URL and the `tls` feature
+    /// (on by default); [`open`](Builder::open) fails with a
+    /// [`Config`](crate::ErrorKind::Config) error when `pem` holds no certificate or one
+    /// that cannot be parsed, or when the URL is not `rediss://`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redmutex::Client::builder()
+    ///     .tls_ca_certificates(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .open("rediss://redis.internal:6380/")?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_ca_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca_certificates = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate to `rediss://` servers that ask for one (mutual TLS,
+    /// `tls-auth-clients yes`): `chain_pem` holds the certificate followed by any
+    /// intermediates, `key_pem` its private key (PKCS#8, PKCS#1 or SEC1 PEM). The key is
+    /// never shown in `Debug` output or errors.
+    ///
+    /// Defaults to none. Needs a `rediss://` URL and the `tls` feature (on by default);
+    /// [`open`](Builder::open) fails with a [`Config`](crate::ErrorKind::Config) error when
+    /// the chain or the key cannot be parsed, when the key does not belong to the
+    /// certificate, or when the URL is not `rediss://`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = redmutex::Client::builder()
+    ///     .tls_ca_certificates(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .tls_client_certificate(
+    ///         std::fs::read("/etc/myapp/redis-client.crt")?,
+    ///         std::fs::read("/etc/myapp/redis-client.key")?,
+    ///     )
+    ///     .open("rediss://redis.internal:6380/")?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(
+        mut self,
+        chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client_certificate = Some(ClientCertificate {
+            chain: chain_pem.into(),
+            key: key_pem.into(),
+        });
+        self
+    }
+
     fn validate(&self) -> Result<Config> {
         if self.pool_size == 0 {
             return Err(Error::config("pool size must be at least 1"));
@@ -405,6 +480,8 @@ impl Builder {
                 ));
             }
         }
+        #[cfg(feature = "tls")]
+        self.tls.validate()?;
         Ok(Config {
             pool_size: self.pool_size,
             connect_timeout: self.connect_timeout,
@@ -418,12 +495,13 @@ impl Builder {
         })
     }
 
-    /// Checks the settings and makes the client for the Redis at `url`. Connects to nothing.
+    /// Checks the settings and makes the client for the Redis at `url` (`redis://…`, or
+    /// `rediss://…` for TLS; see [`Client::open`]). Connects to nothing.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range or the
-    /// URL cannot be parsed.
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range, the
+    /// URL cannot be parsed, or TLS settings are given for a URL that is not `rediss://`.
     pub fn open<T: redis::IntoConnectionInfo>(self, url: T) -> Result<Client> {
         let config = self.validate()?;
         let info = url
@@ -433,6 +511,9 @@ impl Builder {
         // A lock's round trips are small request/reply pairs: never let Nagle hold one back.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
         let info = info.set_tcp_settings(tcp);
+        #[cfg(feature = "tls")]
+        let redis_client = self.tls.redis_client(info)?;
+        #[cfg(not(feature = "tls"))]
         let redis_client = redis::Client::open(info)
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
         let manager = ConnectionManager::new(
@@ -519,6 +600,16 @@ mod tests {
         assert!(Client::open("not a url").unwrap_err().is_config());
         // Nothing listens on port 1; opening still succeeds because it does not connect.
         assert!(Client::open("redis://127.0.0.1:1/").is_ok());
+    }
+
+    #[test]
+    fn rediss_urls_open_with_the_tls_feature_and_are_config_errors_without() {
+        let opened = Client::open("rediss://127.0.0.1:6380/");
+        if cfg!(feature = "tls") {
+            assert!(opened.is_ok());
+        } else {
+            assert!(opened.unwrap_err().is_config());
+        }
     }
 
     #[test]

@@ -32,10 +32,12 @@ pub enum ErrorKind {
     LockLost,
     /// The calling thread does not hold the lock.
     NotHeld,
-    /// Redis refused the credentials or the user lacks permission for a command the lock
-    /// needs (`WRONGPASS`, `NOAUTH`, `NOPERM`).
+    /// Redis refused the credentials or the user lacks permission for a command, key or
+    /// channel the lock needs (`WRONGPASS`, `NOAUTH`, `NOPERM`, and an ACL refusal inside one
+    /// of the crate's scripts, which Redis reports as `ERR`). Nothing was changed.
     Auth,
-    /// Any other error reply from Redis (`OOM`, `READONLY`, `BUSY`, a script error, …).
+    /// Any other error reply from Redis: `OOM` (Redis reached `maxmemory` and refuses writes;
+    /// the message says so and nothing was changed), `READONLY`, `BUSY`, a script error, …
     Server,
     /// Fewer replicas than [`Builder::replica_acks`](crate::Builder::replica_acks) asks for
     /// acknowledged an acquire in time; the acquire was rolled back.
@@ -163,7 +165,11 @@ impl Error {
     /// Maps an error of a Redis call. `context` says what was being done.
     pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
         let kind = redis_error_kind(&err);
-        Error::new(kind, format!("{context}: {err}")).with_source(err)
+        let message = match refusal(&err) {
+            Some(why) => format!("{context}: {why}: {err}"),
+            None => format!("{context}: {err}"),
+        };
+        Error::new(kind, message).with_source(err)
     }
 
     /// Marks an error that happened before anything was sent.
@@ -182,6 +188,30 @@ impl Error {
     }
 }
 
+/// Why Redis refused a command, in words, for the refusals whose own text does not say it
+/// plainly: redis-rs shows `NOPERM` as `NoPerm`, an ACL refusal inside a script arrives as
+/// `ERR`, and `OOM` is terse.
+fn refusal(err: &redis::RedisError) -> Option<&'static str> {
+    match err.code() {
+        Some("NOPERM") => Some("permission denied by a redis ACL (NOPERM)"),
+        Some("ERR") if is_acl_refusal_in_script(err) => {
+            Some("permission denied by a redis ACL inside a script (NOPERM)")
+        }
+        Some("OOM") => Some("redis is out of memory (OOM: maxmemory reached, writes refused)"),
+        _ => None,
+    }
+}
+
+/// Whether an `ERR` reply is Redis refusing, by ACL, a command, key or channel that a script
+/// used: Redis 7.0 says "The user executing the script can't …", later versions "ACL failure
+/// in script: …".
+fn is_acl_refusal_in_script(err: &redis::RedisError) -> bool {
+    err.detail().is_some_and(|d| {
+        d.starts_with("The user executing the script can't")
+            || d.starts_with("ACL failure in script")
+    })
+}
+
 fn redis_error_kind(err: &redis::RedisError) -> ErrorKind {
     if err.is_timeout() {
         return ErrorKind::Timeout;
@@ -189,6 +219,7 @@ fn redis_error_kind(err: &redis::RedisError) -> ErrorKind {
     match err.code() {
         Some("WRONGTYPE") => return ErrorKind::WrongType,
         Some("WRONGPASS" | "NOAUTH" | "NOPERM") => return ErrorKind::Auth,
+        Some("ERR") if is_acl_refusal_in_script(err) => return ErrorKind::Auth,
         _ => {}
     }
     match err.kind() {
@@ -254,5 +285,39 @@ mod tests {
             "refused",
         ));
         assert_eq!(redis_error_kind(&refused), ErrorKind::Connection);
+    }
+
+    /// An error reply as redis-rs parses it off the wire.
+    fn reply(line: &str) -> redis::RedisError {
+        let wire = format!("-{line}\r\n");
+        match redis::parse_redis_value(wire.as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => e.into(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn acl_refusals_are_auth_errors_that_say_noperm() {
+        for line in [
+            "NOPERM this user has no permissions to run the 'evalsha' command",
+            "ERR The user executing the script can't run this command or subcommand script: 0123, on @user_script:1.",
+            "ERR ACL failure in script: User locker has no permissions to run the 'set' command",
+        ] {
+            let e = Error::from_redis("acquire", reply(line));
+            assert_eq!(e.kind(), ErrorKind::Auth, "{line}: {e}");
+            assert!(e.to_string().contains("NOPERM"), "{e}");
+        }
+        let other = Error::from_redis("acquire", reply("ERR unknown command 'FOO'"));
+        assert_eq!(other.kind(), ErrorKind::Server, "{other}");
+    }
+
+    #[test]
+    fn oom_is_a_server_error_that_says_out_of_memory() {
+        let e = Error::from_redis(
+            "acquire",
+            reply("OOM command not allowed when used memory > 'maxmemory'."),
+        );
+        assert_eq!(e.kind(), ErrorKind::Server, "{e}");
+        assert!(e.to_string().contains("out of memory"), "{e}");
     }
 }

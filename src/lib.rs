@@ -58,6 +58,14 @@
 //! holder's token with a PX expiry, `P:{N}:fence` the fencing counter, and releases are
 //! announced on the channel `P:{N}:ch`. All keys of one lock share the hash tag `{N}`.
 //!
+//! # TLS and credentials
+//!
+//! `rediss://` URLs connect over TLS (the `tls` feature, on by default), checking the
+//! server's certificate against the system's trust store, or against a private CA given to
+//! [`Builder::tls_ca_certificates`]; [`Builder::tls_client_certificate`] presents a client
+//! certificate. A user name and password in the URL authenticate every connection (Redis ACL
+//! users, or `requirepass`); no password ever appears in `Debug` output, errors or logs.
+//!
 //! # Errors
 //!
 //! Every fallible operation returns [`Error`], whose [`ErrorKind`] tells connection
@@ -85,6 +93,8 @@ mod reentrancy;
 mod renewal;
 mod scripts;
 mod stats;
+#[cfg(feature = "tls")]
+mod tls;
 mod token;
 mod wait;
 

@@ -199,9 +199,13 @@ impl Pool {
                     e
                 }
             }
+            // No connection attempt failed (yet): one is still under way (a server that
+            // accepted but does not answer, a slow TLS handshake), or all are in use.
             None => Error::new(
                 ErrorKind::Connection,
-                format!("no pooled redis connection became free in time: {pool_err}"),
+                format!(
+                    "no redis connection was made or became free within the connect timeout: {pool_err}"
+                ),
             ),
         }
     }

@@ -7,15 +7,30 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// Tells an error of `redis.pcall` that means "this key is not what a lock keeps" (a key of
+/// the wrong type, a counter that is not an integer) from any other (`OOM`, a command or key
+/// an ACL refuses, …), which a script must pass on as Redis said it rather than call it a
+/// wrong type.
+const ERROR_PRELUDE: &str = r#"
+local function is_type_error(reply)
+  local err = reply['err'] or ''
+  return string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) ~= nil
+end
+"#;
+
 /// The next fencing token of a lock just taken: `INCR` of the counter, which starts at the
 /// server's clock in microseconds when missing (first use, or Redis lost its data), so that
 /// tokens never go backwards across a restart. When the counter is not an integer, the lock
-/// is given back and `nil` returned.
+/// is given back and `nil` returned; on any other error the lock is given back and the error
+/// raised.
 const FENCE_PRELUDE: &str = r#"
 local function next_fence(lock, counter)
   local fence = redis.pcall('INCR', counter)
   if type(fence) == 'table' then
     redis.call('DEL', lock)
+    if not is_type_error(fence) then
+      error(fence)
+    end
     return nil
   end
   if fence == 1 then
@@ -27,9 +42,9 @@ local function next_fence(lock, counter)
 end
 "#;
 
-/// A script whose body may call `next_fence`.
+/// A script whose body may call `next_fence` and `is_type_error`.
 fn with_fence(body: &str) -> Script {
-    Script::new(&format!("{FENCE_PRELUDE}{body}"))
+    Script::new(&format!("{ERROR_PRELUDE}{FENCE_PRELUDE}{body}"))
 }
 
 /// Take the lock if it is free.
@@ -40,7 +55,8 @@ fn with_fence(body: &str) -> Script {
 ///   then the waiters flag is set (to outlive the holder's lease), so that the release
 ///   announces itself.
 /// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
-///   expiry, or the counter is not an integer.
+///   expiry, or the counter is not an integer; with Redis's own error (and changes nothing)
+///   when Redis refuses a command (`OOM`, an ACL).
 ///
 /// `SET … NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
 /// key is not a string: the type check costs nothing. The fencing token comes from
@@ -50,6 +66,9 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if type(previous) == 'table' and previous['err'] then
+  if not is_type_error(previous) then
+    return previous
+  end
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
 if not previous then
@@ -223,6 +242,9 @@ pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' and holder['err'] then
+  if not is_type_error(holder) then
+    return holder
+  end
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
 local now = now_ms()
@@ -283,6 +305,9 @@ pub(crate) static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' and holder['err'] then
+  if not is_type_error(holder) then
+    return holder
+  end
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
 if not holder or (holder ~= ARGV[1] and ARGV[3] ~= 'force') then

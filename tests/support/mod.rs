@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
