@@ -56,7 +56,8 @@ fn with_fence(body: &str) -> Script {
 ///   announces itself.
 /// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 ///   expiry, or the counter is not an integer; with Redis's own error (and changes nothing)
-///   when Redis refuses a command (`OOM`, an ACL).
+///   when Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as
+///   held when Redis is out of memory.
 ///
 /// `SET … NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
 /// key is not a string: the type check costs nothing. The fencing token comes from
@@ -66,10 +67,18 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
 if type(previous) == 'table' and previous['err'] then
-  if not is_type_error(previous) then
-    return previous
+  if is_type_error(previous) then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
   end
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+  if string.sub(previous['err'], 1, 3) == 'OOM' then
+    -- Out of memory refuses even a SET NX that would not write: a held lock is still held
+    -- (its waiters flag cannot be set, so waiters recheck rather than hear the release).
+    local held_ttl = redis.pcall('PTTL', KEYS[1])
+    if type(held_ttl) == 'number' and held_ttl > 0 then
+      return {0, held_ttl}
+    end
+  end
+  return previous
 end
 if not previous then
   local fence = next_fence(KEYS[1], KEYS[2])

@@ -821,6 +821,16 @@ fn out_of_memory_refuses_new_locks_while_held_locks_renew_and_release() {
     let c = client.clone();
     let err = within(LIMIT, move || c.fair_mutex("new-fair").lock().map(drop)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Server, "{err}");
+    // A lock someone holds still reads as held, not as an error.
+    let other = builder().open(server.url()).unwrap();
+    assert!(other.mutex("held").try_lock().unwrap().is_none());
+    let o = other.clone();
+    let waited = within(LIMIT, move || {
+        o.mutex("held")
+            .try_lock_for(Duration::from_millis(300))
+            .map(|g| g.is_some())
+    });
+    assert!(!waited.unwrap(), "took a held lock");
     let keys: Vec<String> = all_keys(&server)
         .into_iter()
         .filter(|k| !k.starts_with("filler:"))
