@@ -148,7 +148,7 @@ impl Client {
     ///
     /// A `rediss://` server's certificate is checked against the system's trust store and
     /// the URL's host name; for a private CA, use
-    /// [`Builder::tls_ca_certificates`]. A user name and password in the URL are sent with
+    /// `Builder::tls_ca_certificates`. A user name and password in the URL are sent with
     /// `AUTH` on every new connection (Redis ACL users, or `requirepass` with no user name).
     ///
     /// # Errors

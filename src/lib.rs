@@ -62,7 +62,7 @@
 //!
 //! `rediss://` URLs connect over TLS (the `tls` feature, on by default), checking the
 //! server's certificate against the system's trust store, or against a private CA given to
-//! [`Builder::tls_ca_certificates`]; [`Builder::tls_client_certificate`] presents a client
+//! `Builder::tls_ca_certificates`; `Builder::tls_client_certificate` presents a client
 //! certificate. A user name and password in the URL authenticate every connection (Redis ACL
 //! users, or `requirepass`); no password ever appears in `Debug` output, errors or logs.
 //!
