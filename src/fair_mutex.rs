@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::ClientShared;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::guard::MutexGuard;
 use crate::keys::LockKeys;
 use crate::mutex::{millis, Attempt, Mutex};
 use crate::notify::Subscription;
 use crate::renewal::{Registration, Renewal};
 use crate::scripts;
-use crate::stats::Counters;
 use crate::wait::Pause;
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
@@ -281,7 +280,7 @@ fn wait_in_queue(
     }
 }
 
-/// One fair acquire round trip with `token`.
+/// One fair acquire round trip with `token` (see [`Mutex::attempt_with`]).
 fn attempt(
     m: &Mutex,
     keys: &Arc<LockKeys>,
@@ -289,66 +288,20 @@ fn attempt(
     token: &str,
     mode: Mode,
 ) -> Result<Attempt> {
-    let client = &m.client;
-    let waiter_timeout = millis(client.renewal.lease());
-    let mut retried = false;
-    loop {
-        let sent_at = Instant::now();
-        let reply = client.call_once("acquiring the fair lock", |c| {
-            Counters::add(&client.counters.attempts, 1);
-            let (taken, value) = scripts::FAIR_ACQUIRE
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .key(&keys.queue)
-                .key(&keys.timeouts)
-                .arg(token)
-                .arg(millis(lease))
-                .arg(waiter_timeout)
-                .arg(if mode == Mode::Wait { "wait" } else { "try" })
-                .arg(&keys.waiter_channel_prefix)
-                .invoke::<(i64, i64)>(c)?;
-            let acks = match taken {
-                1 => client.replica_acks(c)?,
-                _ => None,
-            };
-            Ok((taken, value, acks))
-        });
-        return match reply {
-            Ok((1, _, Some(acks)))
-                if client
-                    .config
-                    .replica_acks
-                    .is_some_and(|(n, _)| acks < i64::from(n)) =>
-            {
-                m.release_orphan(keys, token);
-                Err(client.not_replicated(acks))
-            }
-            Ok((1, fencing_token, _)) => {
-                let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
-                m.acquired(keys, lease, token.to_owned(), fencing_token, sent_at)
-                    .map(Attempt::Acquired)
-            }
-            Ok((0, wait_ms, _)) => Ok(Attempt::Held(Duration::from_millis(
-                u64::try_from(wait_ms).unwrap_or(0),
-            ))),
-            Ok(other) => Err(Error::new(
-                ErrorKind::Server,
-                format!("unexpected reply {other:?} from the fair acquire script"),
-            )),
-            Err(err) if err.outcome_unknown() => {
-                // The lock may be ours without our knowing: give it back (waking the next). When
-                // the connection dropped (a Redis restart, a killed connection) and that worked,
-                // the attempt is tried once more, as `Mutex` does.
-                let cleaned = m.release_orphan(keys, token);
-                if cleaned && err.is_connection() && !retried {
-                    retried = true;
-                    continue;
-                }
-                Err(err)
-            }
-            Err(err) => Err(err),
-        };
-    }
+    let waiter_timeout = millis(m.client.renewal.lease());
+    m.attempt_with(keys, lease, token, "acquiring the fair lock", |c| {
+        scripts::FAIR_ACQUIRE
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(token)
+            .arg(millis(lease))
+            .arg(waiter_timeout)
+            .arg(if mode == Mode::Wait { "wait" } else { "try" })
+            .arg(&keys.waiter_channel_prefix)
+            .invoke(c)
+    })
 }
 
 /// Leaves the queue (best effort: a waiter that cannot is dropped when its heartbeat stops).

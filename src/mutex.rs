@@ -432,20 +432,38 @@ impl Mutex {
     /// One acquire round trip (two when a dropped connection is retried). On success the
     /// lease is registered for renewal (when it is not fixed) before the guard is returned.
     fn attempt(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<Attempt> {
+        let token = self.client.tokens.next();
+        self.attempt_with(keys, lease, &token, "acquiring the lock", |c| {
+            scripts::ACQUIRE
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiting)
+                .arg(&token)
+                .arg(millis(lease))
+                .invoke(c)
+        })
+    }
+
+    /// One round trip of an acquire script with `token`, which `acquire` runs and which
+    /// replies `{1, fencing token}` when taken or `{0, milliseconds to wait}` when held;
+    /// then the replica acknowledgement, when asked for. An outcome that is unknown is
+    /// cleaned up with the token; when the connection dropped (a Redis restart, a killed
+    /// connection) and the cleanup worked, the attempt is tried once more.
+    pub(crate) fn attempt_with(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        token: &str,
+        what: &str,
+        acquire: impl Fn(&mut redis::Connection) -> redis::RedisResult<(i64, i64)>,
+    ) -> Result<Attempt> {
         let client = &self.client;
         let mut retried = false;
         loop {
-            let token = client.tokens.next();
             let sent_at = Instant::now();
-            let reply = client.call_once("acquiring the lock", |c| {
+            let reply = client.call_once(what, |c| {
                 Counters::add(&client.counters.attempts, 1);
-                let (taken, value) = scripts::ACQUIRE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.waiting)
-                    .arg(&token)
-                    .arg(millis(lease))
-                    .invoke::<(i64, i64)>(c)?;
+                let (taken, value) = acquire(c)?;
                 let acks = match taken {
                     1 => client.replica_acks(c)?,
                     _ => None,
@@ -459,7 +477,7 @@ impl Mutex {
                         .replica_acks
                         .is_some_and(|(n, _)| acks < i64::from(n)) =>
                 {
-                    self.release_orphan(keys, &token);
+                    self.release_orphan(keys, token);
                     Err(client.not_replicated(acks))
                 }
                 Ok((1, fencing_token, _)) => {
@@ -467,16 +485,16 @@ impl Mutex {
                     self.acquired(keys, lease, token, fencing_token, sent_at)
                         .map(Attempt::Acquired)
                 }
-                Ok((0, ttl, _)) => Ok(Attempt::Held(Duration::from_millis(
-                    u64::try_from(ttl).unwrap_or(0),
+                Ok((0, wait_ms, _)) => Ok(Attempt::Held(Duration::from_millis(
+                    u64::try_from(wait_ms).unwrap_or(0),
                 ))),
                 Ok(other) => Err(Error::new(
                     ErrorKind::Server,
-                    format!("unexpected reply {other:?} from the acquire script"),
+                    format!("{what}: unexpected reply {other:?} from the script"),
                 )),
                 Err(err) if err.outcome_unknown() => {
                     // The lock may be ours without our knowing: remove it before going on.
-                    let cleaned = self.release_orphan(keys, &token);
+                    let cleaned = self.release_orphan(keys, token);
                     if cleaned && err.is_connection() && !retried {
                         retried = true;
                         continue;
@@ -488,11 +506,11 @@ impl Mutex {
         }
     }
 
-    pub(crate) fn acquired(
+    fn acquired(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
-        token: String,
+        token: &str,
         fencing_token: u64,
         sent_at: Instant,
     ) -> Result<MutexGuard> {
@@ -536,7 +554,7 @@ impl Mutex {
     /// no orphan lock blocks everyone for a whole lease. Best effort.
     /// Returns whether Redis answered.
     #[cold]
-    pub(crate) fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
+    fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
         let result = self.client.call("cleaning up", |c| {
             if self.fair {
                 fair_mutex::release_invocation(keys, token, false).invoke::<i64>(c)
