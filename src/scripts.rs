@@ -204,6 +204,18 @@ return 1
 /// The Lua shared by the fair scripts: the server's time in ms, and dropping dead waiters
 /// from the head of the queue.
 const FAIR_PRELUDE: &str = r#"
+-- The token in the lock key (false when free), or nil and the error to reply with when the
+-- key holds another type or the GET was refused.
+local function holder_of(lock)
+  local holder = redis.pcall('GET', lock)
+  if type(holder) == 'table' and holder['err'] then
+    if is_type_error(holder) then
+      return nil, redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
+    end
+    return nil, holder
+  end
+  return holder
+end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -249,13 +261,8 @@ fn fair_script(body: &str) -> Script {
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' and holder['err'] then
-  if not is_type_error(holder) then
-    return holder
-  end
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
-end
+local holder, refused = holder_of(KEYS[1])
+if refused then return refused end
 local now = now_ms()
 local had_head = redis.call('LINDEX', KEYS[3], 0)
 local head, head_expiry = live_head(KEYS[3], KEYS[4], now)
@@ -312,13 +319,8 @@ return {0, wait}
 pub(crate) static FAIR_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' and holder['err'] then
-  if not is_type_error(holder) then
-    return holder
-  end
-  return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
-end
+local holder, refused = holder_of(KEYS[1])
+if refused then return refused end
 if not holder or (holder ~= ARGV[1] and ARGV[3] ~= 'force') then
   return 0
 end

@@ -297,6 +297,21 @@ fn wrong_type_keys_are_errors_not_waits_and_are_left_alone() {
         .force_unlock()
         .unwrap_err()
         .is_wrong_type());
+    // A fair lock reads the same keys: its acquire and release refuse them alike.
+    for name in ["h", "l"] {
+        let m = client.fair_mutex(name);
+        let err = within(Duration::from_secs(60), move || {
+            m.try_lock_for(Duration::from_secs(5)).map(|g| g.is_some())
+        })
+        .unwrap_err();
+        assert!(err.is_wrong_type(), "fair {name}: {err}");
+        assert!(
+            err.to_string().contains("is not a lock"),
+            "fair {name}: {err}"
+        );
+        let err = client.fair_mutex(name).force_unlock().unwrap_err();
+        assert!(err.is_wrong_type(), "fair {name}: {err}");
+    }
     // Nothing was changed or left behind.
     let h: std::collections::HashMap<String, String> = conn.hgetall("redmutex:{h}").unwrap();
     assert_eq!(h.get("f").map(String::as_str), Some("v"));

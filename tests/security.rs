@@ -551,11 +551,16 @@ mod over_tls {
         let err = try_lock_error(&wrong_name, "u");
         assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
 
+        assert_nothing_written_and_tls_works(&tls, "u");
+    }
+
+    /// After a failed connection: no key was written, and a correct client takes `name`.
+    fn assert_nothing_written_and_tls_works(tls: &TlsRedisServer, name: &str) {
         assert!(all_keys(&tls.server).is_empty());
         assert_lock_usable(
             tls.tls_url(""),
             builder().tls_ca_certificates(tls.certs.ca()),
-            "u",
+            name,
         );
     }
 
@@ -578,12 +583,7 @@ mod over_tls {
         let err = try_lock_error(&tls_to_plain, "p");
         assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
 
-        assert!(all_keys(&tls.server).is_empty());
-        assert_lock_usable(
-            tls.tls_url(""),
-            builder().tls_ca_certificates(tls.certs.ca()),
-            "p",
-        );
+        assert_nothing_written_and_tls_works(&tls, "p");
     }
 
     #[test]
