@@ -237,8 +237,12 @@ end
 local function wake(prefix, head)
   redis.call('PUBLISH', prefix .. string.match(head, '^[^:]+'), head)
 end
-local function drop_if_empty(queue, timeouts, fence)
-  if redis.call('LLEN', queue) == 0 then
+-- The lock is free: wake the next live waiter, or remove every key when nobody is left.
+local function hand_on(queue, timeouts, fence, prefix)
+  local head = live_head(queue, timeouts, now_ms())
+  if head then
+    wake(prefix, head)
+  elseif redis.call('LLEN', queue) == 0 then
     redis.call('DEL', queue, timeouts, fence)
   end
 end
@@ -329,12 +333,7 @@ if redis.call('EXISTS', KEYS[3]) == 0 then
   redis.call('DEL', KEYS[2], KEYS[4])
   return 1
 end
-local head = live_head(KEYS[3], KEYS[4], now_ms())
-if head then
-  wake(ARGV[2], head)
-else
-  drop_if_empty(KEYS[3], KEYS[4], KEYS[2])
-end
+hand_on(KEYS[3], KEYS[4], KEYS[2], ARGV[2])
 return 1
 "#,
     )
@@ -352,12 +351,7 @@ pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
 local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
-  local head = live_head(KEYS[3], KEYS[4], now_ms())
-  if head then
-    wake(ARGV[2], head)
-  else
-    drop_if_empty(KEYS[3], KEYS[4], KEYS[2])
-  end
+  hand_on(KEYS[3], KEYS[4], KEYS[2], ARGV[2])
 end
 return removed
 "#,
