@@ -2,17 +2,17 @@
 //! one Redis share; and its `Builder`.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Doing, Error, Result, Server};
 use crate::fair_mutex::FairMutex;
 use crate::gate::Gates;
 use crate::keys;
 use crate::mutex::Mutex;
 use crate::notify::Notifier;
-use crate::pool::{ConnectionManager, Pool};
+use crate::pool::Pool;
 use crate::renewal::Renewal;
 use crate::stats::{Counters, Stats};
 #[cfg(feature = "tls")]
@@ -26,17 +26,17 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to one Redis deployment, from which locks are made.
 ///
-/// A `Client` owns a pool of connections and at most three background threads, whatever the
-/// number of locks and waiters: the pool's helper, the renewal thread (once a lock needs
-/// renewal) and the subscriber thread (once a thread waits). It is cheap to clone (an `Arc`
+/// A `Client` owns a pool of connections and at most two background threads, whatever the
+/// number of locks and waiters: the renewal thread (once a lock needs renewal, or a failed
+/// call needs cleaning up after) and the subscriber thread (once a thread waits). It is cheap to clone (an `Arc`
 /// inside), `Send` and `Sync`: make one per Redis and share it.
 /// Building one makes no connection; the first operation connects, and fails with a
 /// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
 /// cannot be reached.
 ///
 /// The background threads end by themselves when the last clone of the client, and every
-/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] ends the renewal and
-/// subscriber threads at once and waits for them.
+/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] closes every clone at
+/// once and waits for the threads.
 ///
 /// # Examples
 ///
@@ -66,23 +66,37 @@ pub(crate) struct ClientShared {
     pub(crate) renewal: Renewal,
     pub(crate) notifier: Notifier,
     pub(crate) gates: Gates,
+    /// Of the fair waiters of one client and lock, the one that re-checks the lock.
+    pub(crate) rechecks: Gates,
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
-    /// Where the client connects, without credentials, for `Debug`.
-    address: String,
+    /// Set by [`Client::shutdown`].
+    closed: AtomicBool,
 }
 
 impl ClientShared {
+    /// Fails at once when the client was shut down: see [`Client::shutdown`].
+    pub(crate) fn ensure_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(
+                crate::ErrorKind::Shutdown,
+                "the client was shut down; make a new one to take locks again",
+            ));
+        }
+        Ok(())
+    }
+
     /// Runs one call that is safe to repeat, once more on a fresh connection when the
     /// connection dropped under it (a Redis restart leaves every pooled connection dead).
+    /// A call that timed out is not repeated: the caller gets the timeout at once.
     pub(crate) fn call<T>(
         &self,
-        context: &str,
+        doing: Doing<'_>,
         f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let first = self.call_once(context, &f);
+        let first = self.call_once(doing, &f);
         match first {
-            Err(e) if e.is_connection() && !e.is_checkout() => self.call_once(context, &f),
+            Err(e) if e.is_connection() && !e.is_checkout() => self.call_once(doing, &f),
             other => other,
         }
     }
@@ -118,11 +132,10 @@ impl ClientShared {
     /// Runs one call on a pooled connection.
     pub(crate) fn call_once<T>(
         &self,
-        context: &str,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        doing: Doing<'_>,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let mut conn = self.pool.get()?;
-        conn.call(f).map_err(|e| Error::from_redis(context, e))
+        self.pool.get(doing)?.call(doing, f)
     }
 }
 
@@ -216,13 +229,38 @@ impl Client {
             .snapshot(&self.shared.renewal, &self.shared.notifier)
     }
 
-    /// Stops the background threads (renewal and subscriber) now and waits for them to end.
+    /// Shuts the client down: every clone of it stops taking locks, and its background
+    /// threads end.
     ///
-    /// Call it when the program is done with locks and wants no thread left behind. Locks
-    /// still held are no longer renewed and expire after their lease; their guards report
-    /// the lease lost then. Threads waiting for a lock fall back to polling with backoff. A
-    /// later operation through a clone of this client starts the threads again.
+    /// After `shutdown` returns:
+    /// - every acquire, [`is_locked`](crate::Mutex::is_locked) and
+    ///   [`force_unlock`](crate::Mutex::force_unlock) through any clone, and through every
+    ///   handle made from one, fails at once with
+    ///   [`ErrorKind::Shutdown`](crate::ErrorKind::Shutdown), also in threads that were
+    ///   waiting for a lock (they wake up and fail);
+    /// - guards still held keep working and still release their lock on drop or
+    ///   [`unlock`](crate::MutexGuard::unlock), but their leases are no longer renewed: they
+    ///   run out, and the guards report the lease lost then;
+    /// - the renewal and subscriber threads have ended (the renewal thread makes one last
+    ///   attempt at pending clean-ups first, within the client's timeouts), and they are not
+    ///   started again.
+    ///
+    /// It does not wait for other clones to be dropped. Dropping every clone and handle
+    /// instead ends the threads by themselves, without closing anything early.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let worker = client.clone();
+    /// client.shutdown();
+    /// let err = worker.mutex("job").lock().unwrap_err();
+    /// assert!(err.is_shutdown());
+    /// # Ok(()) }
+    /// ```
     pub fn shutdown(self) {
+        self.shared.closed.store(true, Ordering::Release);
         self.shared.renewal.shutdown();
         self.shared.notifier.shutdown();
     }
@@ -231,7 +269,7 @@ impl Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.shared.address)
+            .field("address", &self.shared.pool.server().address)
             .field("client_id", &self.shared.tokens.client_uuid())
             .field("key_prefix", &self.shared.config.key_prefix)
             .finish_non_exhaustive()
@@ -507,7 +545,7 @@ impl Builder {
         let info = url
             .into_connection_info()
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
-        let address = info.addr().to_string();
+        let address: Arc<str> = Arc::from(info.addr().to_string());
         // A lock's round trips are small request/reply pairs: never let Nagle hold one back.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
         let info = info.set_tcp_settings(tcp);
@@ -516,19 +554,16 @@ impl Builder {
         #[cfg(not(feature = "tls"))]
         let redis_client = redis::Client::open(info)
             .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
-        let manager = ConnectionManager::new(
-            redis_client.clone(),
-            config.connect_timeout,
-            config.response_timeout,
-        );
-        let pool = Pool::new(manager, config.pool_size, config.connect_timeout);
+        let server = Server {
+            address,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+        };
+        let pool = Pool::new(redis_client, server, config.pool_size);
         let tokens = TokenSource::new();
         let notifier = Notifier::new(
-            redis_client,
             pool.clone(),
             format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid()),
-            config.connect_timeout,
-            config.response_timeout,
         );
         let counters = Arc::new(Counters::default());
         let renewal = Renewal::new(
@@ -545,9 +580,10 @@ impl Builder {
                 renewal,
                 notifier,
                 gates: Gates::default(),
+                rechecks: Gates::default(),
                 tokens,
                 counters,
-                address,
+                closed: AtomicBool::new(false),
             }),
         })
     }

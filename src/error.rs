@@ -3,9 +3,64 @@
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a call was doing, for error messages: `acquiring lock "orders:42"`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Doing<'a> {
+    action: &'static str,
+    lock: Option<&'a str>,
+}
+
+impl<'a> Doing<'a> {
+    /// `action` applied to the lock called `name` ("acquiring", "releasing", …).
+    pub(crate) fn lock(action: &'static str, name: &'a str) -> Self {
+        Doing {
+            action,
+            lock: Some(name),
+        }
+    }
+
+    /// Work that concerns no single lock ("renewing leases", …).
+    pub(crate) fn work(action: &'static str) -> Doing<'static> {
+        Doing { action, lock: None }
+    }
+}
+
+impl fmt::Display for Doing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.lock {
+            Some(name) => write!(f, "{} lock {name:?}", self.action),
+            None => f.write_str(self.action),
+        }
+    }
+}
+
+/// A server as error messages name it: its address (never credentials) and the deadlines a
+/// call to it has.
+#[derive(Debug, Clone)]
+pub(crate) struct Server {
+    pub(crate) address: Arc<str>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// A duration as a person writes it: `1 s`, `1.5 s`, `250 ms`.
+pub(crate) fn human(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms >= 1000 && ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else if ms >= 1000 {
+        format!("{:.1} s", d.as_secs_f64())
+    } else if ms > 0 {
+        format!("{ms} ms")
+    } else {
+        format!("{} µs", d.as_micros())
+    }
+}
 
 /// What went wrong, in broad strokes; see [`Error::kind`].
 ///
@@ -30,8 +85,9 @@ pub enum ErrorKind {
     /// The lease of a held lock ran out or the lock was taken away (deleted, overwritten or
     /// force-unlocked) while it was held.
     LockLost,
-    /// The calling thread does not hold the lock.
-    NotHeld,
+    /// The client was shut down with [`Client::shutdown`](crate::Client::shutdown): every
+    /// new operation of every clone fails with this kind at once (guards still release).
+    Shutdown,
     /// Redis refused the credentials or the user lacks permission for a command, key or
     /// channel the lock needs (`WRONGPASS`, `NOAUTH`, `NOPERM`, and an ACL refusal inside one
     /// of the crate's scripts, which Redis reports as `ERR`). Nothing was changed.
@@ -53,7 +109,7 @@ impl ErrorKind {
             ErrorKind::Config => "invalid configuration",
             ErrorKind::WrongType => "wrong key type",
             ErrorKind::LockLost => "lock lost",
-            ErrorKind::NotHeld => "lock not held",
+            ErrorKind::Shutdown => "client shut down",
             ErrorKind::Auth => "authentication or permission error",
             ErrorKind::Server => "error reply from redis",
             ErrorKind::NotReplicated => "not acknowledged by enough replicas",
@@ -147,9 +203,9 @@ impl Error {
         self.kind == ErrorKind::LockLost
     }
 
-    /// Whether the calling thread does not hold the lock.
-    pub fn is_not_held(&self) -> bool {
-        self.kind == ErrorKind::NotHeld
+    /// Whether the client was shut down.
+    pub fn is_shutdown(&self) -> bool {
+        self.kind == ErrorKind::Shutdown
     }
 
     /// Whether too few replicas acknowledged an acquire (which was rolled back).
@@ -162,14 +218,58 @@ impl Error {
         self.kind == ErrorKind::Auth
     }
 
-    /// Maps an error of a Redis call. `context` says what was being done.
-    pub(crate) fn from_redis(context: &str, err: redis::RedisError) -> Self {
+    /// Maps the error of a call to the server at `server`, made while `doing`.
+    pub(crate) fn from_call(server: &Server, doing: Doing<'_>, err: redis::RedisError) -> Self {
         let kind = redis_error_kind(&err);
-        let message = match refusal(&err) {
-            Some(why) => format!("{context}: {why}: {err}"),
-            None => format!("{context}: {err}"),
+        let at = &server.address;
+        let message = match kind {
+            ErrorKind::Timeout => format!(
+                "redis at {at} did not answer within {} while {doing}",
+                human(server.response_timeout)
+            ),
+            ErrorKind::Connection if err.is_connection_dropped() => {
+                format!("the connection to redis at {at} broke while {doing}")
+            }
+            ErrorKind::Connection => {
+                format!("redis at {at} could not be used while {doing}: {err}")
+            }
+            _ => match refusal(&err) {
+                Some(why) => format!("{doing}: redis at {at} refused: {why}: {err}"),
+                None => format!("{doing}: redis at {at} replied: {err}"),
+            },
         };
         Error::new(kind, message).with_source(err)
+    }
+
+    /// Maps the error of making a connection to `server`, needed while `doing`.
+    pub(crate) fn from_connect(server: &Server, doing: Doing<'_>, err: redis::RedisError) -> Self {
+        let at = &server.address;
+        let (kind, message) = if err.is_timeout() {
+            (
+                ErrorKind::Connection,
+                format!(
+                    "redis at {at} did not accept a connection within {} while {doing}",
+                    human(server.connect_timeout)
+                ),
+            )
+        } else if err.is_connection_refusal() {
+            (
+                ErrorKind::Connection,
+                format!("redis at {at} refused the connection while {doing}"),
+            )
+        } else {
+            match redis_error_kind(&err) {
+                ErrorKind::Timeout => (
+                    ErrorKind::Connection,
+                    format!("cannot connect to redis at {at} while {doing}: {err}"),
+                ),
+                kind => (
+                    kind,
+                    format!("cannot connect to redis at {at} while {doing}: {err}"),
+                ),
+            }
+        };
+        Error::new(kind, message).with_source(err).at_checkout()
     }
 
     /// Marks an error that happened before anything was sent.
@@ -287,6 +387,41 @@ mod tests {
         assert_eq!(redis_error_kind(&refused), ErrorKind::Connection);
     }
 
+    fn server() -> Server {
+        Server {
+            address: Arc::from("127.0.0.1:6379"),
+            connect_timeout: Duration::from_secs(5),
+            response_timeout: Duration::from_secs(1),
+        }
+    }
+
+    fn acquiring() -> Doing<'static> {
+        Doing::lock("acquiring", "orders:42")
+    }
+
+    #[test]
+    fn a_timeout_says_what_timed_out_where_and_after_how_long() {
+        let io = redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::WouldBlock,
+            "Resource temporarily unavailable",
+        ));
+        let e = Error::from_call(&server(), acquiring(), io);
+        assert!(e.is_timeout(), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "timed out: redis at 127.0.0.1:6379 did not answer within 1 s while acquiring \
+             lock \"orders:42\""
+        );
+        assert!(StdError::source(&e).is_some());
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human(Duration::from_secs(3)), "3 s");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+    }
+
     /// An error reply as redis-rs parses it off the wire.
     fn reply(line: &str) -> redis::RedisError {
         let wire = format!("-{line}\r\n");
@@ -303,18 +438,19 @@ mod tests {
             "ERR The user executing the script can't run this command or subcommand script: 0123, on @user_script:1.",
             "ERR ACL failure in script: User locker has no permissions to run the 'set' command",
         ] {
-            let e = Error::from_redis("acquire", reply(line));
+            let e = Error::from_call(&server(), acquiring(), reply(line));
             assert_eq!(e.kind(), ErrorKind::Auth, "{line}: {e}");
             assert!(e.to_string().contains("NOPERM"), "{e}");
         }
-        let other = Error::from_redis("acquire", reply("ERR unknown command 'FOO'"));
+        let other = Error::from_call(&server(), acquiring(), reply("ERR unknown command 'FOO'"));
         assert_eq!(other.kind(), ErrorKind::Server, "{other}");
     }
 
     #[test]
     fn oom_is_a_server_error_that_says_out_of_memory() {
-        let e = Error::from_redis(
-            "acquire",
+        let e = Error::from_call(
+            &server(),
+            acquiring(),
             reply("OOM command not allowed when used memory > 'maxmemory'."),
         );
         assert_eq!(e.kind(), ErrorKind::Server, "{e}");

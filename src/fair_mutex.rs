@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::client::ClientShared;
-use crate::error::Result;
+use crate::error::{Doing, Result};
 use crate::guard::MutexGuard;
 use crate::keys::LockKeys;
 use crate::mutex::{millis, Attempt, Mutex};
@@ -236,8 +236,15 @@ impl Drop for Heartbeat<'_> {
     }
 }
 
-/// Queues, then waits for the next-waiter announcement (or a recheck) and tries again, in
-/// that order so that no announcement is missed, until acquired or `deadline`.
+/// Queues, then waits for the next-waiter announcement and tries again, in that order so that
+/// no announcement is missed, until acquired or `deadline`.
+///
+/// Every waiting thread has its own place in the queue, but of the threads of one client
+/// waiting for one lock only one (the rechecker) also re-checks the lock now and then; the
+/// others wait for their own announcement (or for the rechecker's place to free up). The
+/// rechecker's attempt tells the next waiter again when the lock is free, so a lost
+/// announcement costs one re-check whoever it was for, and a hundred waiting threads cost
+/// Redis what one does.
 #[cold]
 fn wait_in_queue(
     m: &Mutex,
@@ -263,17 +270,35 @@ fn wait_in_queue(
             token: Arc::clone(&token),
         })?,
     };
+    let mut rechecker = None;
     loop {
         let seen = pause.seen();
         let hint = match attempt(m, keys, lease, &token, Mode::Wait) {
             Ok(Attempt::Acquired(guard)) => return wait.finish(Ok(Some(guard))),
             Ok(Attempt::Held(hint)) => hint,
             Err(e) => {
-                leave(m, keys, &token);
+                // An unknown outcome was handed to the clean-up already (which leaves too).
+                if !e.outcome_unknown() {
+                    leave(m, keys, &token);
+                }
                 return wait.finish(Err(e));
             }
         };
-        if !pause.wait(seen, hint, deadline) {
+        let waited = loop {
+            if rechecker.is_none() {
+                rechecker = client.rechecks.try_lead(&m.lock_key);
+            }
+            if rechecker.is_some() || !pause.is_live() {
+                break pause.wait(seen, hint, deadline);
+            }
+            match pause.wait_woken(seen, deadline) {
+                // Woken by an announcement, or the deadline passed.
+                Some(waited) => break waited,
+                // A recheck period passed in silence: see whether the rechecker left.
+                None => continue,
+            }
+        };
+        if !waited {
             leave(m, keys, &token);
             return wait.finish(Ok(None));
         }
@@ -289,7 +314,7 @@ fn attempt(
     mode: Mode,
 ) -> Result<Attempt> {
     let waiter_timeout = millis(m.client.renewal.lease());
-    m.attempt_with(keys, lease, token, "acquiring the fair lock", |c| {
+    m.attempt_with(keys, lease, token, "acquiring", |c| {
         scripts::FAIR_ACQUIRE
             .key(&keys.lock)
             .key(&keys.fence)
@@ -304,19 +329,28 @@ fn attempt(
     })
 }
 
-/// Leaves the queue (best effort: a waiter that cannot is dropped when its heartbeat stops).
+/// Leaving the queue (and the lock, if the token holds it): see `FAIR_LEAVE`.
+pub(crate) fn leave_invocation(keys: &LockKeys, token: &str) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::FAIR_LEAVE.key(&keys.lock);
+    inv.key(&keys.fence)
+        .key(&keys.queue)
+        .key(&keys.timeouts)
+        .arg(token)
+        .arg(&keys.waiter_channel_prefix);
+    inv
+}
+
+/// Leaves the queue: one try now, then the renewal thread's clean-up (a waiter that cannot
+/// leave at all is dropped when its heartbeat stops).
 fn leave(m: &Mutex, keys: &LockKeys, token: &str) {
-    let result = m.client.call("leaving the queue", |c| {
-        scripts::FAIR_LEAVE
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
-            .arg(token)
-            .arg(&keys.waiter_channel_prefix)
-            .invoke::<i64>(c)
-    });
+    let result = m
+        .client
+        .call_once(Doing::lock("leaving the queue of", &m.name), |c| {
+            leave_invocation(keys, token).invoke::<i64>(c)
+        });
     if let Err(e) = result {
-        log::debug!("redmutex: could not leave the queue of {:?}: {e}", m.name);
+        log::debug!("redmutex: {e}; retrying in the background");
+        let give_up_at = Instant::now() + m.client.renewal.lease();
+        m.clean_up_later(keys, token, give_up_at);
     }
 }

@@ -85,6 +85,29 @@ impl Gates {
     }
 }
 
+impl Gates {
+    /// Becomes the leader of `key`'s gate if it has none, without waiting.
+    pub(crate) fn try_lead(&self, key: &Arc<str>) -> Option<GatePass<'_>> {
+        let mut gates = self.gates.lock();
+        let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
+        let mut state = gate.state.lock();
+        if state.leader {
+            return None;
+        }
+        state.leader = true;
+        state.inside += 1;
+        drop(state);
+        drop(gates);
+        Some(GatePass {
+            gates: self,
+            key: Arc::clone(key),
+            gate,
+            leader: true,
+            waited: false,
+        })
+    }
+}
+
 impl Drop for GatePass<'_> {
     fn drop(&mut self) {
         let mut state = self.gate.state.lock();

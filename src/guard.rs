@@ -5,12 +5,13 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cleanup::Cleanup;
 use crate::client::ClientShared;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::fair_mutex;
 use crate::hold::Hold;
 use crate::lease::{LeaseWatch, LostReason};
-use crate::mutex::{millis, validate_lease};
+use crate::mutex::{millis, release_invocation, validate_lease};
 use crate::poison::PoisonInfo;
 use crate::reentrancy;
 use crate::scripts;
@@ -126,7 +127,7 @@ impl MutexGuard {
     /// [`is_lost`](Self::is_lost) too); connection and timeout errors.
     pub fn verify(&self) -> Result<Duration> {
         let keys = &self.hold.keys;
-        let ttl: i64 = self.client.call("verifying the lock", |c| {
+        let ttl: i64 = self.client.call(self.doing("verifying"), |c| {
             scripts::CHECK
                 .key(&keys.lock)
                 .arg(&*self.hold.token)
@@ -138,36 +139,89 @@ impl MutexGuard {
         }
     }
 
-    /// Sets the lock's remaining lease to `lease`, if it is still held. One round trip.
+    /// Adds `additional` to the lock's remaining lease, if it is still held. One round trip.
     ///
-    /// Meant for a [fixed lease](crate::Mutex::with_lease) that turns out too short. On a
-    /// lock kept alive by the renewal thread, the next renewal sets the lease back to the
-    /// default lease.
+    /// For a [fixed lease](crate::Mutex::with_lease) that turns out too short, or to make a
+    /// renewed lock outlive a stall of the renewal thread. On a lock kept alive by the
+    /// renewal thread the extension stays: renewal only ever raises the remaining lease to
+    /// the default lease, never lowers it. (Like `extend(additional_time)` of redis-py's
+    /// `Lock`; [`set_lease`](Self::set_lease) replaces the remaining lease instead.)
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a lease under 1 ms or over
+    /// [`ErrorKind::InvalidArgument`] for a duration under 1 ms or over
     /// [`MAX_LEASE`](crate::MAX_LEASE); [`ErrorKind::LockLost`] when the lock is no longer
     /// held (it is never re-created); connection and timeout errors.
-    pub fn extend(&self, lease: Duration) -> Result<()> {
-        validate_lease(lease)?;
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let report = client.mutex("report").with_lease(Duration::from_secs(5));
+    /// let guard = report.lock()?;
+    /// // ... the work takes longer than planned ...
+    /// guard.extend(Duration::from_secs(5))?; // about 10 s left now
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.change_lease(additional, "add")
+    }
+
+    /// Replaces the lock's remaining lease with `remaining`, if it is still held: it may
+    /// shorten the lease. One round trip.
+    ///
+    /// Meant for a [fixed lease](crate::Mutex::with_lease). On a lock kept alive by the
+    /// renewal thread, the next renewal raises a shorter lease back to the default lease.
+    ///
+    /// # Errors
+    ///
+    /// As for [`extend`](Self::extend).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("report").with_lease(Duration::from_secs(60)).lock()?;
+    /// // The work is nearly done: let the lock lapse soon if this process hangs now.
+    /// guard.set_lease(Duration::from_secs(2))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.change_lease(remaining, "set")
+    }
+
+    fn change_lease(&self, by: Duration, how: &'static str) -> Result<()> {
+        validate_lease(by)?;
         if let Some(reason) = self.hold.lease.lost_reason() {
             return Err(self.lost(reason));
         }
         let keys = &self.hold.keys;
         let sent_at = Instant::now();
-        let extended: i64 = self.client.call("extending the lease", |c| {
-            scripts::EXTEND
-                .key(&keys.lock)
-                .arg(&*self.hold.token)
-                .arg(millis(lease))
-                .invoke(c)
-        })?;
-        if extended == 1 {
-            self.hold.lease.renewed(sent_at, lease);
-            Ok(())
-        } else {
-            Err(self.lost(LostReason::Taken))
+        let remaining: i64 = self
+            .client
+            .call(self.doing("extending the lease of"), |c| {
+                scripts::CHANGE_LEASE
+                    .key(&keys.lock)
+                    .arg(&*self.hold.token)
+                    .arg(millis(by))
+                    .arg(how)
+                    .invoke(c)
+            })?;
+        match u64::try_from(remaining) {
+            Ok(ms) => {
+                // Counted from the sending: the local view never outlives Redis's.
+                self.hold
+                    .lease
+                    .expires_at_set(sent_at + Duration::from_millis(ms));
+                Ok(())
+            }
+            Err(_) => Err(self.lost(LostReason::Taken)),
         }
     }
 
@@ -213,9 +267,11 @@ impl MutexGuard {
     /// [`Mutex::lock`]: crate::Mutex::lock
     pub fn poison(&self) -> Result<Option<PoisonInfo>> {
         let keys = &self.hold.keys;
-        let stored: Option<String> = self.client.call("reading the poison record", |c| {
-            redis::cmd("GET").arg(&keys.poison).query(c)
-        })?;
+        let stored: Option<String> = self
+            .client
+            .call(self.doing("reading the poison record of"), |c| {
+                redis::cmd("GET").arg(&keys.poison).query(c)
+            })?;
         Ok(stored.map(|s| PoisonInfo::decode(&s)))
     }
 
@@ -230,9 +286,11 @@ impl MutexGuard {
             return Err(self.lost(reason));
         }
         let keys = &self.hold.keys;
-        let removed: i64 = self.client.call("clearing the poison record", |c| {
-            redis::cmd("DEL").arg(&keys.poison).query(c)
-        })?;
+        let removed: i64 = self
+            .client
+            .call(self.doing("clearing the poison record of"), |c| {
+                redis::cmd("DEL").arg(&keys.poison).query(c)
+            })?;
         Ok(removed == 1)
     }
 
@@ -242,7 +300,7 @@ impl MutexGuard {
     fn mark_poisoned(&self) {
         let keys = &self.hold.keys;
         let record = PoisonInfo::here(&self.hold.token).encode();
-        let result = self.client.call("recording the panic", |c| {
+        let result = self.client.call(self.doing("recording a panic on"), |c| {
             scripts::MARK_POISONED
                 .key(&keys.lock)
                 .key(&keys.poison)
@@ -293,16 +351,21 @@ impl MutexGuard {
         result
     }
 
+    /// The compare-and-delete release. After a dropped connection it is sent once more (it
+    /// is idempotent); after a time-out the caller gets the error at once and the renewal
+    /// thread sends it again until Redis answers or the lease has run out.
     fn release_in_redis(&self) -> Result<()> {
         let lost_before = self.hold.lease.lost_reason();
         let mut reply = self.send_release();
-        if reply.as_ref().is_err_and(Error::outcome_unknown) {
-            // The first attempt may or may not have run; compare-and-delete is idempotent.
-            let retry = self.send_release();
-            reply = match retry {
-                Ok(0) if lost_before.is_none() => Ok(1),
-                other => other,
-            };
+        if let Err(first) = &reply {
+            if first.is_connection() && !first.is_checkout() {
+                reply = match self.send_release() {
+                    // The first one ran before its connection dropped.
+                    Ok(0) if lost_before.is_none() => Ok(1),
+                    Ok(n) => Ok(n),
+                    Err(_) => Err(first.clone()),
+                };
+            }
         }
         match reply {
             Ok(1) => {
@@ -310,24 +373,44 @@ impl MutexGuard {
                 Ok(())
             }
             Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
-            Err(e) => Err(e),
+            Err(e) => {
+                if e.outcome_unknown() {
+                    self.release_later();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn release_call(&self) -> redis::ScriptInvocation<'static> {
+        let keys = &self.hold.keys;
+        if self.hold.fair {
+            fair_mutex::release_invocation(keys, &self.hold.token, false)
+        } else {
+            release_invocation(keys, &self.hold.token)
         }
     }
 
     fn send_release(&self) -> Result<i64> {
-        let keys = &self.hold.keys;
-        self.client.call_once("releasing the lock", |c| {
-            if self.hold.fair {
-                fair_mutex::release_invocation(keys, &self.hold.token, false).invoke(c)
-            } else {
-                scripts::RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.waiting)
-                    .arg(&*self.hold.token)
-                    .arg(&*keys.channel)
-                    .invoke(c)
-            }
-        })
+        self.client
+            .call_once(self.doing("releasing"), |c| self.release_call().invoke(c))
+    }
+
+    #[cold]
+    fn release_later(&self) {
+        let give_up_at = self.hold.lease.expires_at() + self.client.config.response_timeout;
+        self.client.renewal.clean_up_later(
+            &self.hold.lock_key,
+            Cleanup {
+                name: Arc::clone(&self.hold.name),
+                call: self.release_call(),
+                give_up_at,
+            },
+        );
+    }
+
+    fn doing(&self, action: &'static str) -> Doing<'_> {
+        Doing::lock(action, &self.hold.name)
     }
 }
 

@@ -73,11 +73,21 @@ impl LeaseState {
         self.inner.lock().expires_at
     }
 
-    /// Records a successful renewal or extension sent at `sent_at`.
+    /// Records a successful renewal sent at `sent_at`, which keeps at least `lease`: a later
+    /// expiry set by an extension stays.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
         let mut inner = self.inner.lock();
         if inner.lost.is_none() {
-            inner.expires_at = sent_at + lease;
+            inner.expires_at = inner.expires_at.max(sent_at + lease);
+        }
+    }
+
+    /// Records a lease changed to end at `expires_at` (an extension, or a replacement that may
+    /// shorten it).
+    pub(crate) fn expires_at_set(&self, expires_at: Instant) {
+        let mut inner = self.inner.lock();
+        if inner.lost.is_none() {
+            inner.expires_at = expires_at;
         }
     }
 

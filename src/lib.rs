@@ -76,6 +76,7 @@
 #![warn(missing_docs)]
 
 mod backoff;
+mod cleanup;
 mod client;
 mod error;
 mod fair_mutex;

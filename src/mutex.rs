@@ -4,8 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cleanup::Cleanup;
 use crate::client::{ClientShared, MAX_LEASE};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::fair_mutex;
 use crate::guard::MutexGuard;
 use crate::hold::Hold;
@@ -268,7 +269,8 @@ impl Mutex {
     /// Connection, timeout and invalid-name errors, as for [`lock`](Mutex::lock).
     pub fn is_locked(&self) -> Result<bool> {
         let keys = self.keys()?;
-        self.client.call("checking the lock", |c| {
+        self.client.ensure_open()?;
+        self.client.call(Doing::lock("checking", &self.name), |c| {
             redis::cmd("EXISTS").arg(&keys.lock).query::<bool>(c)
         })
     }
@@ -300,17 +302,20 @@ impl Mutex {
     /// (it is left alone).
     pub fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
-        let deleted: i64 = self.client.call("force-unlocking the lock", |c| {
-            if self.fair {
-                fair_mutex::release_invocation(keys, "", true).invoke(c)
-            } else {
-                scripts::FORCE_RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.waiting)
-                    .arg(&*keys.channel)
-                    .invoke(c)
-            }
-        })?;
+        self.client.ensure_open()?;
+        let deleted: i64 = self
+            .client
+            .call(Doing::lock("force-unlocking", &self.name), |c| {
+                if self.fair {
+                    fair_mutex::release_invocation(keys, "", true).invoke(c)
+                } else {
+                    scripts::FORCE_RELEASE
+                        .key(&keys.lock)
+                        .key(&keys.waiting)
+                        .arg(&*keys.channel)
+                        .invoke(c)
+                }
+            })?;
         Ok(deleted == 1)
     }
 
@@ -433,7 +438,7 @@ impl Mutex {
     /// lease is registered for renewal (when it is not fixed) before the guard is returned.
     fn attempt(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<Attempt> {
         let token = self.client.tokens.next();
-        self.attempt_with(keys, lease, &token, "acquiring the lock", |c| {
+        self.attempt_with(keys, lease, &token, "acquiring", |c| {
             scripts::ACQUIRE
                 .key(&keys.lock)
                 .key(&keys.fence)
@@ -446,22 +451,27 @@ impl Mutex {
 
     /// One round trip of an acquire script with `token`, which `acquire` runs and which
     /// replies `{1, fencing token}` when taken or `{0, milliseconds to wait}` when held;
-    /// then the replica acknowledgement, when asked for. An outcome that is unknown is
-    /// cleaned up with the token; when the connection dropped (a Redis restart, a killed
-    /// connection) and the cleanup worked, the attempt is tried once more.
+    /// then the replica acknowledgement, when asked for.
+    ///
+    /// When the connection dropped under it (a Redis restart, a killed connection), the same
+    /// call is sent once more on a fresh connection: an acquire script that finds its own
+    /// token treats the lock as taken, so this is safe. Any other unknown outcome (a time-out)
+    /// is reported at once, and the token-checked clean-up goes to the renewal thread.
     pub(crate) fn attempt_with(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
-        what: &str,
+        action: &'static str,
         acquire: impl Fn(&mut redis::Connection) -> redis::RedisResult<(i64, i64)>,
     ) -> Result<Attempt> {
         let client = &self.client;
-        let mut retried = false;
+        client.ensure_open()?;
+        let doing = Doing::lock(action, &self.name);
+        let mut resent = false;
         loop {
             let sent_at = Instant::now();
-            let reply = client.call_once(what, |c| {
+            let reply = client.call_once(doing, |c| {
                 Counters::add(&client.counters.attempts, 1);
                 let (taken, value) = acquire(c)?;
                 let acks = match taken {
@@ -477,7 +487,7 @@ impl Mutex {
                         .replica_acks
                         .is_some_and(|(n, _)| acks < i64::from(n)) =>
                 {
-                    self.release_orphan(keys, token);
+                    self.roll_back(keys, token, sent_at + lease);
                     Err(client.not_replicated(acks))
                 }
                 Ok((1, fencing_token, _)) => {
@@ -490,15 +500,15 @@ impl Mutex {
                 ))),
                 Ok(other) => Err(Error::new(
                     ErrorKind::Server,
-                    format!("{what}: unexpected reply {other:?} from the script"),
+                    format!("{doing}: unexpected reply {other:?} from the script"),
                 )),
                 Err(err) if err.outcome_unknown() => {
-                    // The lock may be ours without our knowing: remove it before going on.
-                    let cleaned = self.release_orphan(keys, token);
-                    if cleaned && err.is_connection() && !retried {
-                        retried = true;
+                    if err.is_connection() && !resent {
+                        resent = true;
                         continue;
                     }
+                    // The lock may be ours without our knowing: have it removed, off this path.
+                    self.clean_up_later(keys, token, sent_at + lease);
                     Err(err)
                 }
                 Err(err) => Err(err),
@@ -528,7 +538,7 @@ impl Mutex {
                 match client.renewal.register(registration) {
                     Ok(id) => Some(id),
                     Err(e) => {
-                        self.release_orphan(keys, &token);
+                        self.roll_back(keys, &token, sent_at + lease);
                         return Err(e);
                     }
                 }
@@ -550,43 +560,56 @@ impl Mutex {
         Ok(MutexGuard::new(Arc::clone(client), hold))
     }
 
-    /// Deletes the lock if it holds `token`: after an acquire whose reply was lost, so that
-    /// no orphan lock blocks everyone for a whole lease. Best effort.
-    /// Returns whether Redis answered.
-    #[cold]
-    fn release_orphan(&self, keys: &LockKeys, token: &str) -> bool {
-        let result = self.client.call("cleaning up", |c| {
-            if self.fair {
-                fair_mutex::release_invocation(keys, token, false).invoke::<i64>(c)
-            } else {
-                scripts::RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.waiting)
-                    .arg(token)
-                    .arg(&*keys.channel)
-                    .invoke::<i64>(c)
-            }
-        });
-        match result {
-            Ok(deleted) => {
-                if deleted == 1 {
-                    log::debug!(
-                        "redmutex: removed lock {:?} taken by an acquire whose reply was lost",
-                        self.name
-                    );
-                }
-                true
-            }
-            Err(e) => {
-                log::warn!(
-                    "redmutex: could not clean up after a failed acquire of {:?} (it expires \
-                     with its lease): {e}",
-                    self.name
-                );
-                false
-            }
+    /// The token-checked call that removes what an acquire with `token` may have left: the
+    /// lock if it holds the token (and, for a fair lock, the token's place in the queue).
+    pub(crate) fn release_call(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+    ) -> redis::ScriptInvocation<'static> {
+        if self.fair {
+            fair_mutex::leave_invocation(keys, token)
+        } else {
+            release_invocation(keys, token)
         }
     }
+
+    /// Gives back a lock that was taken but cannot be kept (too few replica acknowledgements,
+    /// no renewal thread): one try now, then the renewal thread's clean-up.
+    #[cold]
+    fn roll_back(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
+        let result = self
+            .client
+            .call_once(Doing::lock("rolling back", &self.name), |c| {
+                self.release_call(keys, token).invoke::<i64>(c)
+            });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}; retrying in the background");
+            self.clean_up_later(keys, token, give_up_at);
+        }
+    }
+
+    /// Has the renewal thread remove what an acquire with `token` may have left, until Redis
+    /// answers or `give_up_at`, when the lease it asked for has passed.
+    #[cold]
+    pub(crate) fn clean_up_later(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
+        let give_up_at = give_up_at + self.client.config.response_timeout;
+        self.client.renewal.clean_up_later(
+            &self.lock_key,
+            Cleanup {
+                name: Arc::clone(&self.name),
+                call: self.release_call(keys, token),
+                give_up_at,
+            },
+        );
+    }
+}
+
+/// The compare-and-delete release of a plain lock, announcing it when someone waits.
+pub(crate) fn release_invocation(keys: &LockKeys, token: &str) -> redis::ScriptInvocation<'static> {
+    let mut inv = scripts::RELEASE.key(&keys.lock);
+    inv.key(&keys.waiting).arg(token).arg(&*keys.channel);
+    inv
 }
 
 impl fmt::Debug for Mutex {

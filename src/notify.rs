@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
+use crate::error::Doing;
 use crate::fast_hash::FastHashMap;
 use crate::pool::Pool;
 
@@ -89,11 +90,10 @@ struct Worker {
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
     worker: Mutex<Option<Worker>>,
-    /// For publishing on the wake channel.
+    /// For publishing on the wake channel, and the server the subscriber connects to.
     pool: Pool,
-    redis: redis::Client,
-    connect_timeout: Duration,
-    response_timeout: Duration,
+    /// Set by `shutdown`: the thread is not started again.
+    stopped: AtomicBool,
 }
 
 /// One waiter's interest in one channel. Dropping it ends the interest.
@@ -105,13 +105,7 @@ pub(crate) struct Subscription {
 }
 
 impl Notifier {
-    pub(crate) fn new(
-        redis: redis::Client,
-        pool: Pool,
-        wake_channel: String,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(pool: Pool, wake_channel: String) -> Self {
         Notifier {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
@@ -124,9 +118,7 @@ impl Notifier {
             }),
             worker: Mutex::new(None),
             pool,
-            redis,
-            connect_timeout,
-            response_timeout,
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -203,12 +195,16 @@ impl Notifier {
                 return true;
             }
         }
+        if self.stopped.load(Ordering::Acquire) {
+            return false;
+        }
+        let server = self.pool.server();
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let thread = SubscriberThread {
             shared: Arc::clone(&self.shared),
-            redis: self.redis.clone(),
-            connect_timeout: self.connect_timeout,
-            response_timeout: self.response_timeout,
+            redis: self.pool.redis().clone(),
+            connect_timeout: server.connect_timeout,
+            response_timeout: server.response_timeout,
             wake: wake_rx,
         };
         match std::thread::Builder::new()
@@ -232,14 +228,14 @@ impl Notifier {
     /// Wakes a thread blocked reading its connection, so that it subscribes now. Best effort:
     /// it looks at its state every `POLL` anyway.
     fn wake_reader(&self) {
-        let result = self.pool.get().and_then(|mut conn| {
-            conn.call(|c| {
+        let doing = Doing::work("waking the subscriber");
+        let result = self.pool.get(doing).and_then(|mut conn| {
+            conn.call(doing, |c| {
                 redis::cmd("PUBLISH")
                     .arg(&self.shared.wake_channel)
                     .arg("wake")
                     .query::<i64>(c)
             })
-            .map_err(|e| crate::Error::from_redis("waking the subscriber", e))
         });
         if let Err(e) = result {
             log::debug!("redmutex: {e}");
@@ -254,8 +250,9 @@ impl Notifier {
         )
     }
 
-    /// Stops the thread and waits for it.
+    /// Stops the thread for good and waits for it; its waiters are woken.
     pub(crate) fn shutdown(&self) {
+        self.stopped.store(true, Ordering::Release);
         let worker = self.worker.lock().take();
         if let Some(Worker { wake, join }) = worker {
             drop(wake);

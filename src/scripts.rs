@@ -51,9 +51,10 @@ fn with_fence(body: &str) -> Script {
 ///
 /// - KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiters flag.
 /// - ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
-/// - Reply: `{1, fencing_token}` when taken, `{0, remaining_ttl_ms}` when held by someone;
-///   then the waiters flag is set (to outlive the holder's lease), so that the release
-///   announces itself.
+/// - Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the
+///   same attempt sent again after its reply was lost), `{0, remaining_ttl_ms}` when held by
+///   someone else; then the waiters flag is set (to outlive the holder's lease), so that the
+///   release announces itself.
 /// - Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 ///   expiry, or the counter is not an integer; with Redis's own error (and changes nothing)
 ///   when Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as
@@ -80,7 +81,11 @@ if type(previous) == 'table' and previous['err'] then
   end
   return previous
 end
-if not previous then
+if not previous or previous == ARGV[1] then
+  if previous then
+    -- Sent again after its reply was lost, and the first one took it: it is ours.
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   local fence = next_fence(KEYS[1], KEYS[2])
   if not fence then
     return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
@@ -118,20 +123,48 @@ return 0
     )
 });
 
-/// Set the lease of a lock that still holds our token. Never re-creates a lock that is gone.
+/// Renew the lease of a lock that still holds our token: its remaining lease becomes at
+/// least the lease given, never less (an `extend` beyond it is kept). Never re-creates a lock
+/// that is gone.
 ///
 /// - KEYS[1]: the lock key.
-/// - ARGV[1]: the token; ARGV[2]: the new lease in milliseconds.
-/// - Reply: 1 when extended, 0 when the key held another token, was gone or was not a
-///   string (no error, so that one bad key cannot fail a pipelined batch of renewals).
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+/// - ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
+/// - Reply: 1 when the lock holds the token, 0 when the key held another token, was gone or
+///   was not a string (no error, so that one bad key cannot fail a pipelined batch).
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local value = redis.pcall('GET', KEYS[1])
 if value == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return 1
 end
 return 0
+"#,
+    )
+});
+
+/// Change the lease of a lock that still holds our token: add to what remains (`add`) or
+/// replace it (`set`, which may shorten it). Never re-creates a lock that is gone.
+///
+/// - KEYS[1]: the lock key.
+/// - ARGV[1]: the token; ARGV[2]: milliseconds; ARGV[3]: `add` or `set`.
+/// - Reply: the remaining lease in milliseconds afterwards, or -1 when the lock does not hold
+///   the token.
+pub(crate) static CHANGE_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local ms = tonumber(ARGV[2])
+if ARGV[3] == 'add' then
+  ms = ms + math.max(redis.call('PTTL', KEYS[1]), 0)
+end
+redis.call('PEXPIRE', KEYS[1], ms)
+return ms
 "#,
     )
 });
@@ -258,17 +291,27 @@ fn fair_script(body: &str) -> Script {
 /// - KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
 /// - ARGV[1]: token (also the waiter's id); ARGV[2]: lease ms; ARGV[3]: waiter timeout ms;
 ///   ARGV[4]: `wait` to queue, `try` not to; ARGV[5]: the waiter channel prefix.
-/// - Reply: `{1, fencing_token}` when taken; `{0, ms}` when not, where `ms` is how long the
-///   caller may wait before checking again (the lock's remaining lease, or the time until the
-///   waiter ahead counts as dead).
+/// - Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the
+///   same attempt sent again after its reply was lost); `{0, ms}` when not, where `ms` is how
+///   long the caller may wait before checking again (the lock's remaining lease, or the time
+///   until the waiter ahead counts as dead). When the lock is free and another live waiter
+///   is next, that waiter is told again.
 /// - Errors with `WRONGTYPE` when a key holds the wrong type (nothing is changed).
 pub(crate) static FAIR_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local holder, refused = holder_of(KEYS[1])
 if refused then return refused end
+if holder == ARGV[1] then
+  -- Sent again after its reply was lost, and the first one took it: it is ours.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local fence = next_fence(KEYS[1], KEYS[2])
+  if not fence then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  return {1, fence}
+end
 local now = now_ms()
-local had_head = redis.call('LINDEX', KEYS[3], 0)
 local head, head_expiry = live_head(KEYS[3], KEYS[4], now)
 if not holder and (not head or head == ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -293,11 +336,9 @@ if holder then
   end
 elseif head then
   wait = math.max(head_expiry - now, 1)
-  -- The lock is free and a live waiter is next: if a dead one was just dropped from ahead
-  -- of it, nobody told it yet.
-  if had_head ~= head then
-    wake(ARGV[5], head)
-  end
+  -- The lock is free and another live waiter is next: tell it (again), in case a dead one
+  -- was just dropped from ahead of it or its announcement went astray.
+  wake(ARGV[5], head)
 end
 if ARGV[4] == 'wait' then
   local ttl = tonumber(ARGV[3])
@@ -339,42 +380,58 @@ return 1
     )
 });
 
-/// Leave the queue of a fair lock (a waiter that gave up), waking the next waiter when the
-/// lock is free, and removing every key of the lock when nobody is left.
+/// Leave a fair lock for good (a waiter that gave up, or the clean-up of an attempt whose
+/// reply was lost): drop our place in the queue and, if the lock holds our token, the lock;
+/// then wake the next waiter when the lock is free, and remove every key of the lock when
+/// nobody is left.
 ///
 /// - KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
 /// - ARGV[1]: token; ARGV[2]: the waiter channel prefix.
-/// - Reply: 1 when the waiter was in the queue, else 0.
+/// - Reply: 1 when the waiter was queued or held the lock, else 0.
 pub(crate) static FAIR_LEAVE: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
 local removed = redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local holder, refused = holder_of(KEYS[1])
+if refused then return refused end
+if holder == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  removed = 1
+  holder = false
+end
+if not holder then
   hand_on(KEYS[3], KEYS[4], KEYS[2], ARGV[2])
 end
-return removed
+return math.min(removed, 1)
 "#,
     )
 });
 
-/// Keep a waiter's place alive (the renewal thread's heartbeat). Never re-adds a waiter that
-/// was dropped as dead: it re-joins at the back on its next attempt.
+/// Keep the places of waiters alive (the renewal thread's heartbeat, one call per lock for
+/// every waiter of one client). Never re-adds a waiter that was dropped as dead: it re-joins
+/// at the back on its next attempt.
 ///
 /// - KEYS[1]: queue; KEYS[2]: timeouts.
-/// - ARGV[1]: token; ARGV[2]: waiter timeout ms.
-/// - Reply: 1 when the waiter is still queued, else 0.
+/// - ARGV[1]: waiter timeout ms; ARGV[2..]: the waiters' tokens.
+/// - Reply: how many of them are still queued.
 pub(crate) static FAIR_HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     fair_script(
         r#"
-if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then
-  return 0
+local ttl = tonumber(ARGV[1])
+local deadline = now_ms() + ttl
+local alive = 0
+for i = 2, #ARGV do
+  if redis.call('ZSCORE', KEYS[2], ARGV[i]) then
+    redis.call('ZADD', KEYS[2], deadline, ARGV[i])
+    alive = alive + 1
+  end
 end
-local ttl = tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], 'XX', now_ms() + ttl, ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('PEXPIRE', KEYS[2], ttl)
-return 1
+if alive > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return alive
 "#,
     )
 });

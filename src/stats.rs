@@ -55,6 +55,9 @@ pub struct Stats {
     pub notifications: u64,
     /// Times the subscriber connection broke and was made again.
     pub subscriber_reconnects: u64,
+    /// Clean-ups of calls whose outcome is unknown (an acquire or release that timed out)
+    /// that the renewal thread is still sending, until Redis answers or their lease ran out.
+    pub pending_cleanups: u64,
 }
 
 /// A contended acquire being timed.
@@ -127,6 +130,7 @@ impl Counters {
             renewed_leases: renewal.registered() as u64,
             notifications,
             subscriber_reconnects,
+            pending_cleanups: renewal.pending_cleanups() as u64,
         }
     }
 }

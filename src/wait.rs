@@ -8,10 +8,6 @@ use crate::backoff::Backoff;
 use crate::client::Config;
 use crate::notify::Subscription;
 
-/// How often a waiter whose release announcements are live checks the lock anyway, in case
-/// an announcement went astray (at least the backoff cap).
-const NOTIFIED_RECHECK: Duration = Duration::from_secs(2);
-
 pub(crate) struct Pause {
     subscription: Option<Subscription>,
     backoff: Backoff,
@@ -23,7 +19,10 @@ impl Pause {
         Pause {
             subscription,
             backoff: Backoff::new(config.backoff_base, config.backoff_cap),
-            recheck: config.backoff_cap.max(NOTIFIED_RECHECK),
+            // While announcements are live, a waiter re-checks the lock only in case one went
+            // astray, as often as holders renew: each attempt refreshes the waiters flag for
+            // a lease, so it cannot lapse between two re-checks.
+            recheck: config.backoff_cap.max(config.renewal_interval),
         }
     }
 
@@ -40,6 +39,35 @@ impl Pause {
         self.subscription.as_ref().map_or(0, Subscription::seen)
     }
 
+    /// Whether announcements reach this waiter now.
+    pub(crate) fn is_live(&self) -> bool {
+        self.subscription
+            .as_ref()
+            .is_some_and(Subscription::is_live)
+    }
+
+    /// For a waiter that leaves re-checks to another thread: waits for a wake-up after `seen`
+    /// for at most one re-check period, locally (nothing is sent). `Some(true)` when woken,
+    /// `Some(false)` when `deadline` passed, `None` when the period passed in silence.
+    pub(crate) fn wait_woken(&self, seen: u64, deadline: Option<Instant>) -> Option<bool> {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Some(false);
+        }
+        let mut until = now + self.recheck;
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        let sub = self.subscription.as_ref()?;
+        if sub.wait(seen, until) {
+            return Some(true);
+        }
+        match deadline {
+            Some(d) if Instant::now() >= d => Some(false),
+            _ => None,
+        }
+    }
+
     /// Waits after an attempt that found the lock held for up to `hint`. Returns `false`
     /// without waiting when `deadline` has passed.
     pub(crate) fn wait(&mut self, seen: u64, hint: Duration, deadline: Option<Instant>) -> bool {
@@ -47,11 +75,7 @@ impl Pause {
         if deadline.is_some_and(|d| now >= d) {
             return false;
         }
-        let live = self
-            .subscription
-            .as_ref()
-            .is_some_and(Subscription::is_live);
-        let step = if live {
+        let step = if self.is_live() {
             self.recheck
         } else {
             self.backoff.next_delay()
