@@ -7,8 +7,9 @@
 //!    per acquisition (those clients sent, and all Redis ran, script internals included, from
 //!    `INFO commandstats`) and Jain's fairness index over the acquisitions per thread; beside
 //!    a raw PING round trip measured in the same run.
-//! 2. Idle waiters: 100 threads of one process wait for a lock held for 5 s; reports Redis
-//!    commands per second while they wait.
+//! 2. Idle waiters: Redis commands per second (script internals included) and script calls
+//!    per second while waiters wait for a held lock: 100 threads of one process on a `Mutex`,
+//!    the same on a `FairMutex`, and 10 processes x 10 threads on a `Mutex`.
 //!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
@@ -31,6 +32,11 @@ struct Mode {
     rounds: usize,
     idle_waiters: usize,
     idle_hold: Duration,
+    /// Processes x threads of the idle case across processes.
+    idle_processes: usize,
+    idle_threads: usize,
+    /// How long that case is measured: two re-check periods of the default settings.
+    idle_processes_hold: Duration,
     measuring: bool,
 }
 
@@ -58,7 +64,10 @@ fn mode_defaults() -> Mode {
             run: Duration::from_secs(5),
             rounds: 3,
             idle_waiters: 100,
-            idle_hold: Duration::from_secs(5),
+            idle_hold: Duration::from_secs(12),
+            idle_processes: 10,
+            idle_threads: 10,
+            idle_processes_hold: Duration::from_secs(21),
             measuring: true,
         }
     } else {
@@ -69,6 +78,9 @@ fn mode_defaults() -> Mode {
             rounds: 1,
             idle_waiters: 10,
             idle_hold: Duration::from_millis(500),
+            idle_processes: 2,
+            idle_threads: 2,
+            idle_processes_hold: Duration::from_millis(500),
             measuring: false,
         }
     }
@@ -140,13 +152,27 @@ const SCRIPT_INTERNAL: &[&str] = &[
     "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type",
 ];
 
-/// (every command Redis executed, as `INFO stats` counts them; the commands clients sent).
-fn command_counts(server: &RedisServer) -> (u64, u64) {
+/// What Redis ran so far, from `INFO commandstats`.
+#[derive(Clone, Copy)]
+struct Counts {
+    /// Every command, script internals included.
+    all: u64,
+    /// The commands clients sent (one per round trip).
+    sent: u64,
+    /// Script calls (`EVALSHA`).
+    scripts: u64,
+}
+
+fn command_counts(server: &RedisServer) -> Counts {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
         .expect("INFO");
-    let (mut all, mut sent) = (0, 0);
+    let mut counts = Counts {
+        all: 0,
+        sent: 0,
+        scripts: 0,
+    };
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
             continue;
@@ -159,16 +185,15 @@ fn command_counts(server: &RedisServer) -> (u64, u64) {
             .find_map(|kv| kv.strip_prefix("calls="))
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
-        all += calls;
+        counts.all += calls;
         if !SCRIPT_INTERNAL.contains(&name) {
-            sent += calls;
+            counts.sent += calls;
+        }
+        if name == "evalsha" {
+            counts.scripts += calls;
         }
     }
-    (all, sent)
-}
-
-fn commands_processed(server: &RedisServer) -> u64 {
-    command_counts(server).0
+    counts
 }
 
 /// The median PING round trip: back to back (`pause` zero), or after the client slept for
@@ -243,7 +268,7 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
     }
     let elapsed = started.elapsed();
     let after = command_counts(server);
-    let (commands, sent) = (after.0 - before.0, after.1 - before.1);
+    let (commands, sent) = (after.all - before.all, after.sent - before.sent);
 
     events.sort_by_key(|e| e.2);
     let mut handoffs: Vec<u64> = events
@@ -278,17 +303,43 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
     }
 }
 
-fn idle_waiters(server: &RedisServer, mode: &Mode) -> f64 {
+/// Redis commands and script calls per second over `window`.
+struct IdleCost {
+    commands_per_sec: f64,
+    scripts_per_sec: f64,
+}
+
+fn idle_cost(server: &RedisServer, window: Duration) -> IdleCost {
+    let before = command_counts(server);
+    let t = Instant::now();
+    std::thread::sleep(window);
+    let after = command_counts(server);
+    let secs = t.elapsed().as_secs_f64();
+    IdleCost {
+        commands_per_sec: (after.all - before.all) as f64 / secs,
+        scripts_per_sec: (after.scripts - before.scripts) as f64 / secs,
+    }
+}
+
+/// `mode.idle_waiters` threads of one process wait for a held `Mutex` or `FairMutex`.
+fn idle_waiters(server: &RedisServer, mode: &Mode, fair: bool) -> IdleCost {
     let holder = Client::open(server.url()).expect("client");
     let client = Client::open(server.url()).expect("client");
-    let guard = holder.mutex("idle").lock().expect("hold");
+    let lock = move |c: &Client| {
+        if fair {
+            c.fair_mutex("idle").lock()
+        } else {
+            c.mutex("idle").lock()
+        }
+    };
+    let guard = lock(&holder).expect("hold");
     let start = Arc::new(Barrier::new(mode.idle_waiters + 1));
     let waiters: Vec<_> = (0..mode.idle_waiters)
         .map(|_| {
             let (c, start) = (client.clone(), start.clone());
             std::thread::spawn(move || {
                 start.wait();
-                c.mutex("idle").lock().map(drop)
+                lock(&c).map(drop)
             })
         })
         .collect();
@@ -301,16 +352,67 @@ fn idle_waiters(server: &RedisServer, mode: &Mode) -> f64 {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let before = commands_processed(server);
-    let t = Instant::now();
-    std::thread::sleep(mode.idle_hold);
-    let commands = commands_processed(server) - before;
-    let rate = commands as f64 / t.elapsed().as_secs_f64();
+    let cost = idle_cost(server, mode.idle_hold);
     drop(guard);
     for w in waiters {
         w.join().expect("waiter").expect("lock");
     }
-    rate
+    cost
+}
+
+/// An idle-waiter process: `threads` threads wait for the lock `idle`; prints `WAITING` once
+/// they all found it held.
+fn idle_worker(args: &[String]) {
+    let client = Client::open(args[0].as_str()).expect("client");
+    let threads: usize = args[1].parse().expect("threads");
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let c = client.clone();
+            std::thread::spawn(move || c.mutex("idle").lock().map(drop))
+        })
+        .collect();
+    while client.stats().contended < threads as u64 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("WAITING");
+    for h in handles {
+        h.join().expect("waiter").expect("lock");
+    }
+}
+
+/// `mode.idle_processes` processes of `mode.idle_threads` threads wait for a held `Mutex`.
+fn idle_processes(server: &RedisServer, mode: &Mode) -> IdleCost {
+    let holder = Client::open(server.url()).expect("client");
+    let guard = holder.mutex("idle").lock().expect("hold");
+    let exe = std::env::current_exe().expect("bench binary");
+    let mut children: Vec<_> = (0..mode.idle_processes)
+        .map(|_| {
+            Command::new(&exe)
+                .arg("idle-worker")
+                .arg(server.url())
+                .arg(mode.idle_threads.to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn idle worker")
+        })
+        .collect();
+    for child in &mut children {
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let waiting = lines.any(|l| l.is_ok_and(|l| l.contains("WAITING")));
+        assert!(waiting, "an idle worker ended early");
+        std::thread::spawn(move || lines.for_each(drop));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let cost = idle_cost(server, mode.idle_processes_hold);
+    drop(guard);
+    for mut child in children {
+        assert!(
+            child.wait().expect("wait").success(),
+            "an idle worker failed"
+        );
+    }
+    cost
 }
 
 fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -320,9 +422,10 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("worker") {
-        worker(&args[2..]);
-        return;
+    match args.get(1).map(String::as_str) {
+        Some("worker") => return worker(&args[2..]),
+        Some("idle-worker") => return idle_worker(&args[2..]),
+        _ => {}
     }
     let mode = mode();
     let server = RedisServer::start();
@@ -406,15 +509,41 @@ fn main() {
             rate.2
         ));
     }
-    let idle = idle_waiters(&server, &mode);
-    println!(
-        "idle waiters: {} threads waiting {:?} on a held lock: {idle:.1} Redis commands/s",
-        mode.idle_waiters, mode.idle_hold
-    );
-    json.push_str(&format!(
-        "  \"idle_waiters\": {{\"threads\": {}, \"commands_per_sec\": {idle:.2}}}\n}}\n",
-        mode.idle_waiters
-    ));
+    let idle_cases = [
+        (
+            "idle_mutex",
+            format!("{} threads of one process, Mutex", mode.idle_waiters),
+            idle_waiters(&server, &mode, false),
+        ),
+        (
+            "idle_fair_mutex",
+            format!("{} threads of one process, FairMutex", mode.idle_waiters),
+            idle_waiters(&server, &mode, true),
+        ),
+        (
+            "idle_processes",
+            format!(
+                "{} processes x {} threads, Mutex",
+                mode.idle_processes, mode.idle_threads
+            ),
+            idle_processes(&server, &mode),
+        ),
+    ];
+    println!("idle waiters on a held lock (Redis commands/s, script internals included; script calls/s):");
+    let mut entries = Vec::new();
+    for (key, label, cost) in &idle_cases {
+        println!(
+            "  {label:<38} {:>7.2} commands/s  {:>6.2} script calls/s",
+            cost.commands_per_sec, cost.scripts_per_sec
+        );
+        entries.push(format!(
+            "  \"{key}\": {{\"waiters\": \"{label}\", \"commands_per_sec\": {:.2}, \
+             \"script_calls_per_sec\": {:.2}}}",
+            cost.commands_per_sec, cost.scripts_per_sec
+        ));
+    }
+    json.push_str(&entries.join(",\n"));
+    json.push_str("\n}\n");
     if mode.measuring {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
         if std::fs::create_dir_all(&dir).is_ok() {

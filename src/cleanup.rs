@@ -16,6 +16,7 @@
 //! lock keeps at most [`MAX_PER_LOCK`] of them, the newest) and for at most [`MAX_LOCKS`]
 //! locks; past that, a clean-up is dropped with a warning and its lock expires with its lease.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -51,6 +52,8 @@ struct Pending {
 #[derive(Default)]
 pub(crate) struct Cleanups {
     by_lock: Mutex<FastHashMap<Arc<str>, Vec<Pending>>>,
+    /// Clean-ups taken out for the batch being sent now.
+    in_flight: AtomicUsize,
 }
 
 /// What became of a batch of clean-ups that was sent.
@@ -94,9 +97,10 @@ impl Cleanups {
         self.by_lock.lock().is_empty()
     }
 
-    /// The number of pending clean-ups.
+    /// The number of pending clean-ups, the batch being sent included.
     pub(crate) fn len(&self) -> usize {
-        self.by_lock.lock().values().map(Vec::len).sum()
+        let waiting: usize = self.by_lock.lock().values().map(Vec::len).sum();
+        waiting + self.in_flight.load(Ordering::Acquire)
     }
 
     /// Drops what is past its time, then lets `send` try every pending clean-up in one batch
@@ -118,6 +122,7 @@ impl Cleanups {
                     }
                 }
             }
+            self.in_flight.store(batch.len(), Ordering::Release);
             batch
         };
         if batch.is_empty() {
@@ -150,15 +155,14 @@ impl Cleanups {
                 Outcome::Failed => keep.push((key, p)),
             }
         }
-        if !keep.is_empty() {
-            let mut by_lock = self.by_lock.lock();
-            for (key, p) in keep {
-                let pending = by_lock.entry(key).or_default();
-                if pending.len() < MAX_PER_LOCK {
-                    pending.push(p);
-                }
+        let mut by_lock = self.by_lock.lock();
+        for (key, p) in keep {
+            let pending = by_lock.entry(key).or_default();
+            if pending.len() < MAX_PER_LOCK {
+                pending.push(p);
             }
         }
+        self.in_flight.store(0, Ordering::Release);
         sent
     }
 }

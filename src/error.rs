@@ -51,7 +51,7 @@ pub(crate) struct Server {
 /// A duration as a person writes it: `1 s`, `1.5 s`, `250 ms`.
 pub(crate) fn human(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms >= 1000 && ms % 1000 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else if ms >= 1000 {
         format!("{:.1} s", d.as_secs_f64())

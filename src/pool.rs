@@ -148,7 +148,9 @@ impl PoolInner {
             }),
             Err(err) => {
                 self.release_slot();
-                Err(Error::from_connect(&self.server, doing, err))
+                let err = Error::from_connect(&self.server, doing, err);
+                log::debug!("redmutex: connecting to redis failed: {err}");
+                Err(err)
             }
         }
     }

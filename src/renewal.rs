@@ -402,6 +402,8 @@ impl RenewalThread {
         for inv in &invocations {
             pipe.invoke_script(inv);
         }
+        s.renewals
+            .fetch_add(waiters.len() as u64, Ordering::Relaxed);
         // A waiter dropped as dead re-joins the queue on its next attempt: replies unused.
         if let Err(e) = self.send_batch(&pipe, Doing::work("sending fair waiters' heartbeats")) {
             log::debug!("redmutex: {e}");

@@ -43,7 +43,7 @@ pub struct Stats {
     pub releases: u64,
     /// Holds whose lease was found lost, by renewal or at release.
     pub lost: u64,
-    /// Lease renewals sent by the renewal thread.
+    /// Lease renewals (and fair waiters' heartbeats) sent by the renewal thread.
     pub renewals: u64,
     /// Round trips the renewal thread used for them.
     pub renewal_round_trips: u64,
