@@ -2,6 +2,7 @@
 //! queue-based acquire loop.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,10 @@ use crate::wait::Pause;
 /// - [`try_lock`](FairMutex::try_lock) never queues: it takes the lock only when it is free
 ///   and nobody waits.
 /// - A [`try_lock_for`](FairMutex::try_lock_for) that times out leaves the queue at once.
-/// - A waiter keeps its place alive with a heartbeat sent by the client's renewal thread.
+/// - Waiting costs Redis almost nothing: the client's renewal thread sends the heartbeats of
+///   all its waiters of one lock in one call, and of those waiting threads only one re-checks
+///   the lock now and then; the others wait for their own announcement.
+/// - A waiter keeps its place alive with that heartbeat.
 ///   A waiter whose process died stops sending it and is skipped at most one
 ///   [default lease](crate::Builder::default_lease) after its last heartbeat (30 s by
 ///   default). The waiter deadlines are kept in the Redis server's clock, never computed
@@ -262,12 +266,14 @@ fn wait_in_queue(
         let confirm_by = Instant::now() + client.config.response_timeout;
         pause.confirm(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
     }
+    let dropped = Arc::new(AtomicBool::new(false));
     let _heartbeat = Heartbeat {
         renewal: &client.renewal,
         id: client.renewal.register(Registration::Waiter {
             queue_key: Arc::from(keys.queue.as_str()),
             timeouts_key: Arc::from(keys.timeouts.as_str()),
             token: Arc::clone(&token),
+            dropped: Arc::clone(&dropped),
         })?,
     };
     let mut rechecker = None;
@@ -294,7 +300,10 @@ fn wait_in_queue(
             match pause.wait_woken(seen, deadline) {
                 // Woken by an announcement, or the deadline passed.
                 Some(waited) => break waited,
-                // A recheck period passed in silence: see whether the rechecker left.
+                // A re-check period passed in silence: join again if the heartbeat found this
+                // waiter dropped from the queue (its process was stalled for a lease, say);
+                // else see whether the re-checker left.
+                None if dropped.swap(false, Ordering::AcqRel) => break true,
                 None => continue,
             }
         };

@@ -48,8 +48,9 @@ use crate::wait::Pause;
 /// wait for the same lock, one contends in Redis while the others wait in the process. It
 /// listens on the lock's release channel through the client's one subscriber connection,
 /// and a release announces itself there when someone waits, so the waiter tries again
-/// within a few round trips of the release. It also re-checks now and then (every 2 s, or
-/// the backoff cap if longer) and at the lock's expiry, in case an announcement went astray.
+/// within a few round trips of the release. It also re-checks now and then (once per
+/// [renewal interval](crate::Builder::renewal_interval), or the backoff cap if longer) and at
+/// the lock's expiry, in case an announcement went astray.
 /// When announcements are unavailable (the subscriber connection is down), waiters back off
 /// exponentially with full jitter instead. No wait goes past the caller's deadline.
 ///

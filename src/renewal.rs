@@ -4,7 +4,7 @@
 //! heartbeats (one call per lock for all waiters of this client) and retries the clean-ups of
 //! calls whose outcome is unknown (see `cleanup`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,6 +43,9 @@ pub(crate) enum Registration {
         queue_key: Arc<str>,
         timeouts_key: Arc<str>,
         token: Arc<str>,
+        /// Set when the heartbeat found the waiter dropped from the queue as dead: it must
+        /// attempt again to re-join.
+        dropped: Arc<AtomicBool>,
     },
 }
 
@@ -123,7 +126,7 @@ pub(crate) struct Renewal {
     next_id: AtomicU64,
     worker: Mutex<Option<Worker>>,
     /// Set by `shutdown`: the thread is not started again.
-    stopped: std::sync::atomic::AtomicBool,
+    stopped: AtomicBool,
 }
 
 impl Renewal {
@@ -147,7 +150,7 @@ impl Renewal {
             }),
             next_id: AtomicU64::new(1),
             worker: Mutex::new(None),
-            stopped: std::sync::atomic::AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
         }
     }
 
@@ -346,12 +349,16 @@ impl RenewalThread {
 
     /// Sends one pipelined batch of script calls; once more after a dropped connection (they
     /// are all idempotent), and after loading the scripts when Redis lost them.
-    fn send_batch(&self, pipe: &redis::Pipeline, doing: Doing<'_>) -> Result<Vec<i64>> {
+    fn send_batch<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        doing: Doing<'_>,
+    ) -> Result<Vec<T>> {
         let s = &*self.shared;
-        let once = || -> Result<Vec<i64>> {
+        let once = || -> Result<Vec<T>> {
             let mut conn = s.pool.get(doing)?;
             s.batches.fetch_add(1, Ordering::Relaxed);
-            let mut replies = conn.call_raw(|c| pipe.query::<Vec<i64>>(c));
+            let mut replies = conn.call_raw(|c| pipe.query::<Vec<T>>(c));
             if let Err(e) = &replies {
                 if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
                     // Redis restarted or its scripts were flushed: load and send once more.
@@ -359,7 +366,7 @@ impl RenewalThread {
                     replies = conn
                         .call_raw(|c| scripts::RENEW.load(c))
                         .and_then(|_| conn.call_raw(|c| scripts::FAIR_HEARTBEAT.load(c)))
-                        .and_then(|_| conn.call_raw(|c| pipe.query::<Vec<i64>>(c)));
+                        .and_then(|_| conn.call_raw(|c| pipe.query::<Vec<T>>(c)));
                 }
             }
             replies.map_err(|e| Error::from_call(s.pool.server(), doing, e))
@@ -371,31 +378,38 @@ impl RenewalThread {
         }
     }
 
-    /// One heartbeat call per fair lock for every waiter of this client.
+    /// One heartbeat call per fair lock for every waiter of this client; waiters found
+    /// dropped from their queue are told to join again.
     fn send_heartbeats(&self, waiters: &[(u64, Registration)]) {
         let s = &*self.shared;
         let lease_ms = u64::try_from(s.lease.as_millis()).unwrap_or(u64::MAX);
-        let mut by_lock: FastHashMap<(&str, &str), Vec<&str>> = FastHashMap::default();
+        type Waiters<'a> = Vec<(&'a str, &'a Arc<AtomicBool>)>;
+        let mut by_lock: FastHashMap<(&str, &str), Waiters<'_>> = FastHashMap::default();
         for (_, r) in waiters {
             if let Registration::Waiter {
                 queue_key,
                 timeouts_key,
                 token,
+                dropped,
             } = r
             {
                 by_lock
                     .entry((&**queue_key, &**timeouts_key))
                     .or_default()
-                    .push(&**token);
+                    .push((&**token, dropped));
             }
         }
+        let groups: Vec<_> = by_lock.into_iter().collect();
         let mut pipe = redis::pipe();
-        let invocations: Vec<_> = by_lock
+        let invocations: Vec<_> = groups
             .iter()
-            .map(|((queue, timeouts), tokens)| {
+            .map(|((queue, timeouts), waiters)| {
                 // A waiter counts as dead one lease after its last heartbeat.
                 let mut inv = scripts::FAIR_HEARTBEAT.key(*queue);
-                inv.key(*timeouts).arg(lease_ms).arg(tokens.as_slice());
+                inv.key(*timeouts).arg(lease_ms);
+                for (token, _) in waiters {
+                    inv.arg(*token);
+                }
                 inv
             })
             .collect();
@@ -404,9 +418,18 @@ impl RenewalThread {
         }
         s.renewals
             .fetch_add(waiters.len() as u64, Ordering::Relaxed);
-        // A waiter dropped as dead re-joins the queue on its next attempt: replies unused.
-        if let Err(e) = self.send_batch(&pipe, Doing::work("sending fair waiters' heartbeats")) {
-            log::debug!("redmutex: {e}");
+        let doing = Doing::work("sending fair waiters' heartbeats");
+        match self.send_batch::<Vec<String>>(&pipe, doing) {
+            Ok(replies) => {
+                for ((_, waiters), dropped) in groups.iter().zip(replies) {
+                    for (token, flag) in waiters {
+                        if dropped.iter().any(|d| d == token) {
+                            flag.store(true, Ordering::Release);
+                        }
+                    }
+                }
+            }
+            Err(e) => log::debug!("redmutex: {e}"),
         }
     }
 
@@ -431,7 +454,7 @@ impl RenewalThread {
         for inv in &invocations {
             pipe.invoke_script(inv);
         }
-        let result = self.send_batch(&pipe, Doing::work("renewing leases"));
+        let result = self.send_batch::<i64>(&pipe, Doing::work("renewing leases"));
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         match result {
             Ok(replies) => {

@@ -197,3 +197,42 @@ fn fair_mutex_basics() {
     assert!(g2.unlock().unwrap_err().is_lock_lost());
     assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
 }
+
+#[test]
+fn waiters_dropped_from_the_queue_join_again_while_the_lock_is_held() {
+    let server = RedisServer::start();
+    let holder = client(&server.url());
+    let waiters = client(&server.url());
+    let g = holder.fair_mutex("line").lock().unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let c = waiters.clone();
+            std::thread::spawn(move || {
+                c.fair_mutex("line")
+                    .try_lock_for(LIMIT)
+                    .map(|g| g.is_some())
+            })
+        })
+        .collect();
+    let mut conn = server.conn();
+    assert!(eventually(LIMIT, || conn.llen::<_, i64>(QUEUE).unwrap() == 3));
+    // As if the waiting process had stalled past its waiters' timeout: every place is gone.
+    let _: () = redis::cmd("DEL")
+        .arg(QUEUE)
+        .arg("redmutex:{line}:timeouts")
+        .query(&mut conn)
+        .unwrap();
+    // Only one of the three re-checks the lock; the others learn from their heartbeat that
+    // they were dropped, and join again while the lock is still held.
+    assert!(
+        eventually(Duration::from_secs(20), || conn
+            .llen::<_, i64>(QUEUE)
+            .unwrap()
+            == 3),
+        "dropped waiters did not join again"
+    );
+    g.unlock().unwrap();
+    for t in threads {
+        assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
+    }
+}
