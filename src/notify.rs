@@ -250,7 +250,7 @@ impl Notifier {
         )
     }
 
-    /// Stops the thread for good and waits for it; its waiters are woken.
+    /// Stops the thread for good and waits for it; every waiter is woken.
     pub(crate) fn shutdown(&self) {
         self.stopped.store(true, Ordering::Release);
         let worker = self.worker.lock().take();
@@ -258,6 +258,12 @@ impl Notifier {
             drop(wake);
             if join.join().is_err() {
                 log::warn!("redmutex: the subscriber thread panicked");
+            }
+        }
+        let state = self.shared.state.lock();
+        for channel in state.channels.values() {
+            for r in channel.registrations.values() {
+                r.signal.bump();
             }
         }
     }
@@ -495,14 +501,17 @@ impl SubscriberThread {
     /// Channels to subscribe (wanted, not confirmed) and to drop (idle past the linger time).
     fn pending_changes(&self) -> (Vec<String>, Vec<String>) {
         let now = Instant::now();
-        let state = self.shared.state.lock();
+        let mut state = self.shared.state.lock();
         let mut subscribe = Vec::new();
         let mut unsubscribe = Vec::new();
-        for (name, channel) in &state.channels {
+        for (name, channel) in state.channels.iter_mut() {
             let idle_done = channel
                 .idle_since
                 .is_some_and(|since| now.duration_since(since) >= LINGER);
             if channel.registrations.is_empty() && idle_done {
+                // No longer live from now on: a waiter that comes while the unsubscription is
+                // under way must not count on it, and needs a new subscription.
+                channel.confirmed = false;
                 unsubscribe.push(name.to_string());
             } else if !channel.confirmed && !channel.registrations.is_empty() {
                 subscribe.push(name.to_string());
