@@ -533,6 +533,13 @@ impl Builder {
         })
     }
 
+    fn redis_client(&self, info: redis::ConnectionInfo) -> Result<redis::Client> {
+        #[cfg(feature = "tls")]
+        return self.tls.redis_client(info);
+        #[cfg(not(feature = "tls"))]
+        redis::Client::open(info).map_err(|e| Error::config(format!("invalid redis address: {e}")))
+    }
+
     /// Checks the settings and makes the client for the Redis at `url` (`redis://…`, or
     /// `rediss://…` for TLS; see [`Client::open`]). Connects to nothing.
     ///
@@ -549,11 +556,14 @@ impl Builder {
         // A lock's round trips are small request/reply pairs: never let Nagle hold one back.
         let tcp = info.tcp_settings().clone().set_nodelay(true);
         let info = info.set_tcp_settings(tcp);
-        #[cfg(feature = "tls")]
-        let redis_client = self.tls.redis_client(info)?;
-        #[cfg(not(feature = "tls"))]
-        let redis_client = redis::Client::open(info)
-            .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+        // The subscriber speaks RESP3, so that confirmations and messages come as push frames.
+        let subscriber_info = info.clone().set_redis_settings(
+            info.redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3),
+        );
+        let redis_client = self.redis_client(info)?;
+        let subscriber = self.redis_client(subscriber_info)?;
         let server = Server {
             address,
             connect_timeout: config.connect_timeout,
@@ -563,6 +573,7 @@ impl Builder {
         let tokens = TokenSource::new();
         let notifier = Notifier::new(
             pool.clone(),
+            subscriber,
             format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid()),
         );
         let counters = Arc::new(Counters::default());

@@ -57,6 +57,10 @@ struct Channel {
     registrations: FastHashMap<u64, Registration>,
     /// Subscribed on the live connection (Redis confirmed it).
     confirmed: bool,
+    /// A `SUBSCRIBE` was sent and its confirmation has not come yet.
+    subscribing: bool,
+    /// An `UNSUBSCRIBE` was sent and its confirmation has not come yet.
+    unsubscribing: bool,
     /// When the last waiter left.
     idle_since: Option<Instant>,
 }
@@ -90,8 +94,10 @@ struct Worker {
 pub(crate) struct Notifier {
     shared: Arc<Shared>,
     worker: Mutex<Option<Worker>>,
-    /// For publishing on the wake channel, and the server the subscriber connects to.
+    /// For publishing on the wake channel.
     pool: Pool,
+    /// Makes the subscriber's connections (RESP3, for push frames).
+    subscriber: redis::Client,
     /// Set by `shutdown`: the thread is not started again.
     stopped: AtomicBool,
 }
@@ -105,7 +111,7 @@ pub(crate) struct Subscription {
 }
 
 impl Notifier {
-    pub(crate) fn new(pool: Pool, wake_channel: String) -> Self {
+    pub(crate) fn new(pool: Pool, subscriber: redis::Client, wake_channel: String) -> Self {
         Notifier {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
@@ -118,6 +124,7 @@ impl Notifier {
             }),
             worker: Mutex::new(None),
             pool,
+            subscriber,
             stopped: AtomicBool::new(false),
         }
     }
@@ -202,7 +209,7 @@ impl Notifier {
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let thread = SubscriberThread {
             shared: Arc::clone(&self.shared),
-            redis: self.pool.redis().clone(),
+            redis: self.subscriber.clone(),
             connect_timeout: server.connect_timeout,
             response_timeout: server.response_timeout,
             wake: wake_rx,
@@ -362,6 +369,7 @@ impl SubscriberThread {
                 .get_connection_with_timeout(self.connect_timeout)
                 .and_then(|c| {
                     c.set_write_timeout(Some(self.response_timeout))?;
+                    c.set_read_timeout(Some(POLL))?;
                     Ok(c)
                 });
             let mut conn = match conn {
@@ -431,46 +439,66 @@ impl SubscriberThread {
         let mut state = self.shared.state.lock();
         for channel in state.channels.values_mut() {
             channel.confirmed = false;
+            channel.subscribing = false;
+            channel.unsubscribing = false;
             for r in channel.registrations.values() {
                 r.signal.bump();
             }
         }
+        state.channels.retain(|_, c| !c.registrations.is_empty());
         drop(state);
         self.shared.confirmations.notify_all();
     }
 
     /// Serves one connection until it breaks or the client is gone.
+    ///
+    /// The connection speaks RESP3: confirmations and messages arrive as push frames, each
+    /// naming its channel, so a channel counts as subscribed exactly when Redis confirmed it
+    /// (with RESP2, a `SUBSCRIBE` of several channels leaves confirmations on the wire that a
+    /// later command would take for its own, and a waiter could rely on a subscription that
+    /// was not made yet). Commands are written without waiting; replies are read in one place.
     fn serve(&self, conn: &mut redis::Connection) -> Exit {
-        let mut pubsub = conn.as_pubsub();
-        if let Err(e) = self.with_response_timeout(&mut pubsub, |p| {
-            p.subscribe(self.shared.wake_channel.as_str())
-        }) {
+        let wake = [self.shared.wake_channel.clone()];
+        if let Err(e) = send(conn, "SUBSCRIBE", &wake) {
             return Exit::Broken(e);
         }
+        // The wake channel's confirmation, within the response timeout.
+        let deadline = Instant::now() + self.response_timeout;
+        loop {
+            match self.read(conn) {
+                Ok(Some(Push::Subscribed(channel))) if channel == wake[0] => break,
+                Ok(Some(push)) => self.handle(push),
+                Ok(None) if Instant::now() < deadline => {}
+                Ok(None) => {
+                    return Exit::Broken(redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the subscription was not confirmed in time",
+                    )))
+                }
+                Err(e) => return Exit::Broken(e),
+            }
+        }
         self.shared.serving.store(true, Ordering::Release);
-        let exit = self.serve_subscribed(&mut pubsub);
+        let exit = self.serve_subscribed(conn);
         self.shared.serving.store(false, Ordering::Release);
         exit
     }
 
-    fn serve_subscribed(&self, pubsub: &mut redis::PubSub<'_>) -> Exit {
+    fn serve_subscribed(&self, conn: &mut redis::Connection) -> Exit {
         loop {
             if self.stopped() {
                 return Exit::Stop;
             }
             let (subscribe, unsubscribe) = self.pending_changes();
             if !subscribe.is_empty() {
-                if let Err(e) = self.with_response_timeout(pubsub, |p| p.subscribe(&subscribe)) {
+                if let Err(e) = send(conn, "SUBSCRIBE", &subscribe) {
                     return Exit::Broken(e);
                 }
-                self.confirm(&subscribe);
             }
             if !unsubscribe.is_empty() {
-                if let Err(e) = self.with_response_timeout(pubsub, |p| p.unsubscribe(&unsubscribe))
-                {
+                if let Err(e) = send(conn, "UNSUBSCRIBE", &unsubscribe) {
                     return Exit::Broken(e);
                 }
-                self.forget(&unsubscribe);
             }
             if !self.has_channels() {
                 // Nothing to listen to: keep the connection and sleep until a waiter comes.
@@ -479,32 +507,43 @@ impl SubscriberThread {
                     Err(RecvTimeoutError::Disconnected) => return Exit::Stop,
                 }
             }
-            match pubsub.get_message() {
-                Ok(msg) => self.dispatch(&msg),
-                Err(e) if e.is_timeout() => {}
+            match self.read(conn) {
+                Ok(Some(push)) => self.handle(push),
+                Ok(None) => {}
                 Err(e) => return Exit::Broken(e),
             }
         }
     }
 
-    fn with_response_timeout<T>(
-        &self,
-        pubsub: &mut redis::PubSub<'_>,
-        f: impl FnOnce(&mut redis::PubSub<'_>) -> redis::RedisResult<T>,
-    ) -> redis::RedisResult<T> {
-        pubsub.set_read_timeout(Some(self.response_timeout))?;
-        let result = f(pubsub);
-        pubsub.set_read_timeout(Some(POLL))?;
-        result
+    /// Reads one frame, waiting at most `POLL`. `Ok(None)` when nothing came, or something
+    /// that is not for us.
+    fn read(&self, conn: &mut redis::Connection) -> redis::RedisResult<Option<Push>> {
+        match conn.recv_response() {
+            Ok(redis::Value::Push { kind, data }) => Ok(Push::parse(kind, data)),
+            Ok(_) => Ok(None),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Channels to subscribe (wanted, not confirmed) and to drop (idle past the linger time).
+    fn handle(&self, push: Push) {
+        match push {
+            Push::Message(channel, payload) => self.dispatch(&channel, &payload),
+            Push::Subscribed(channel) => self.confirm(&channel),
+            Push::Unsubscribed(channel) => self.forget(&channel),
+        }
+    }
+
+    /// Channels to subscribe (wanted, not subscribed) and to drop (idle past the linger time).
     fn pending_changes(&self) -> (Vec<String>, Vec<String>) {
         let now = Instant::now();
         let mut state = self.shared.state.lock();
         let mut subscribe = Vec::new();
         let mut unsubscribe = Vec::new();
         for (name, channel) in state.channels.iter_mut() {
+            if channel.subscribing || channel.unsubscribing {
+                continue; // its confirmation comes first
+            }
             let idle_done = channel
                 .idle_since
                 .is_some_and(|since| now.duration_since(since) >= LINGER);
@@ -512,51 +551,50 @@ impl SubscriberThread {
                 // No longer live from now on: a waiter that comes while the unsubscription is
                 // under way must not count on it, and needs a new subscription.
                 channel.confirmed = false;
+                channel.unsubscribing = true;
                 unsubscribe.push(name.to_string());
             } else if !channel.confirmed && !channel.registrations.is_empty() {
+                channel.subscribing = true;
                 subscribe.push(name.to_string());
             }
         }
         (subscribe, unsubscribe)
     }
 
-    fn confirm(&self, channels: &[String]) {
+    fn confirm(&self, name: &str) {
         let mut state = self.shared.state.lock();
-        for name in channels {
-            if let Some(channel) = state.channels.get_mut(name.as_str()) {
-                channel.confirmed = true;
-            }
+        if let Some(channel) = state.channels.get_mut(name) {
+            channel.subscribing = false;
+            channel.confirmed = true;
         }
         drop(state);
         self.shared.confirmations.notify_all();
     }
 
-    fn forget(&self, channels: &[String]) {
+    fn forget(&self, name: &str) {
         let mut state = self.shared.state.lock();
-        for name in channels {
-            // A waiter may have come back meanwhile: it then needs a fresh subscription.
-            let remove = match state.channels.get_mut(name.as_str()) {
-                Some(channel) if channel.registrations.is_empty() => true,
-                Some(channel) => {
-                    channel.confirmed = false;
-                    false
-                }
-                None => false,
-            };
-            if remove {
-                state.channels.remove(name.as_str());
+        // A waiter may have come back meanwhile: it then needs a fresh subscription.
+        let remove = match state.channels.get_mut(name) {
+            Some(channel) if channel.registrations.is_empty() => true,
+            Some(channel) => {
+                channel.unsubscribing = false;
+                channel.confirmed = false;
+                false
             }
+            None => false,
+        };
+        if remove {
+            state.channels.remove(name);
         }
     }
 
-    fn dispatch(&self, msg: &redis::Msg) {
-        if msg.get_channel_name() == self.shared.wake_channel {
+    fn dispatch(&self, channel: &str, payload: &str) {
+        if channel == self.shared.wake_channel {
             return; // only there to wake the thread
         }
         self.shared.messages.fetch_add(1, Ordering::Relaxed);
-        let payload: String = msg.get_payload().unwrap_or_default();
         let state = self.shared.state.lock();
-        if let Some(channel) = state.channels.get(msg.get_channel_name()) {
+        if let Some(channel) = state.channels.get(channel) {
             for r in channel.registrations.values() {
                 if r.filter.as_deref().is_none_or(|f| f == payload) {
                     r.signal.bump();
@@ -564,4 +602,36 @@ impl SubscriberThread {
             }
         }
     }
+}
+
+/// A push frame the subscriber acts on.
+enum Push {
+    /// A message: the channel and the payload.
+    Message(String, String),
+    /// Redis confirmed a subscription.
+    Subscribed(String),
+    /// Redis confirmed an unsubscription (or dropped a subscription by itself).
+    Unsubscribed(String),
+}
+
+impl Push {
+    fn parse(kind: redis::PushKind, data: Vec<redis::Value>) -> Option<Push> {
+        let text = |v: &redis::Value| redis::from_redis_value_ref::<String>(v).ok();
+        let channel = data.first().and_then(text)?;
+        match kind {
+            redis::PushKind::Message => Some(Push::Message(channel, data.get(1).and_then(text)?)),
+            redis::PushKind::Subscribe => Some(Push::Subscribed(channel)),
+            redis::PushKind::Unsubscribe => Some(Push::Unsubscribed(channel)),
+            _ => None,
+        }
+    }
+}
+
+/// Writes `command channel…` without reading its confirmations (they come as pushes).
+fn send(
+    conn: &mut redis::Connection,
+    command: &str,
+    channels: &[String],
+) -> redis::RedisResult<()> {
+    conn.send_packed_command(&redis::cmd(command).arg(channels).get_packed_command())
 }

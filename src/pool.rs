@@ -83,11 +83,6 @@ impl Pool {
         &self.inner.server
     }
 
-    /// The redis-rs client, for connections outside the pool (the subscriber's).
-    pub(crate) fn redis(&self) -> &redis::Client {
-        &self.inner.redis
-    }
-
     /// Checks out an idle connection, or makes one, within the connect timeout.
     pub(crate) fn get(&self, doing: Doing<'_>) -> Result<Checkout<'_>> {
         let inner = &*self.inner;
