@@ -45,16 +45,22 @@ fn an_acquire_that_timed_out_in_a_stall_leaves_no_orphan_after_the_resume() {
     // The caller's deadline is the response timeout, not the response timeout plus a
     // clean-up's connect timeout.
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    println!("lock() against a paused redis failed after {took:?}");
     assert!(took < Duration::from_secs(4), "lock() took {took:?}");
     assert!(client.stats().pending_cleanups >= 1);
     std::thread::sleep(Duration::from_millis(300));
     server.resume();
+    let resumed = Instant::now();
     // The buffered acquire ran when Redis resumed (it counted a fencing token) ...
     assert!(eventually(LIMIT, || fence_exists(&server, "orders:42")));
     // ... and the renewal thread removed what it took, long before its 30 s lease.
     assert!(eventually(Duration::from_secs(10), || {
         client.stats().pending_cleanups == 0
     }));
+    println!(
+        "the orphan was removed {:?} after the resume",
+        resumed.elapsed()
+    );
     let other = Client::open(server.url()).unwrap();
     assert!(
         !other.mutex("orders:42").is_locked().unwrap(),
@@ -102,6 +108,7 @@ fn a_release_that_timed_out_is_finished_in_the_background() {
     let took = started.elapsed();
     // The original time-out, not a connection error from a clean-up's new connection.
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    println!("unlock() against a paused redis failed after {took:?}");
     assert!(took < Duration::from_secs(4), "unlock() took {took:?}");
     server.resume();
     assert!(eventually(Duration::from_secs(10), || {
@@ -128,6 +135,7 @@ fn a_refused_connection_is_reported_at_once() {
         (err, started.elapsed())
     });
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    println!("a refused connection was reported after {took:?}: {err}");
     assert!(took < Duration::from_secs(10), "refusal took {took:?}");
     let message = err.to_string();
     assert!(message.contains("refused"), "{message}");
