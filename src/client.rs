@@ -1,26 +1,21 @@
-//! `Client`: the connection pool, the settings and the background threads that all locks of
-//! one Redis share; and its `Builder`.
+//! `Client`: the handle to one Redis deployment, from which locks are made; and its
+//! `Builder`, which checks the settings and builds the deployment's connections.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{Doing, Error, Result, Server};
-use crate::fair_mutex::FairMutex;
-use crate::gate::Gates;
-use crate::keys;
-use crate::mutex::Mutex;
-use crate::notify::Notifier;
-use crate::pool::Pool;
-use crate::renewal::Renewal;
-use crate::stats::{Counters, Stats};
+use crate::config::{validate_lease, Config};
 #[cfg(feature = "tls")]
-use crate::tls::{ClientCertificate, TlsSettings};
+use crate::connection::{ClientCertificate, TlsSettings};
+use crate::connection::{Connections, Standalone};
+use crate::error::{Error, Result, Server};
+use crate::keys;
+use crate::lease::LockContext;
+use crate::primitives::{FairMutex, Mutex};
+use crate::stats::Stats;
 use crate::token::TokenSource;
-
-/// The longest lease accepted: 365 days.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -54,104 +49,7 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<ClientShared>,
-}
-
-/// What every handle made from one client shares.
-pub(crate) struct ClientShared {
-    /// Names the client in this process's per-thread hold maps.
-    pub(crate) id: u64,
-    pub(crate) config: Config,
-    pub(crate) pool: Pool,
-    pub(crate) renewal: Renewal,
-    pub(crate) notifier: Notifier,
-    pub(crate) gates: Gates,
-    /// Of the fair waiters of one client and lock, the one that re-checks the lock.
-    pub(crate) rechecks: Gates,
-    pub(crate) tokens: TokenSource,
-    pub(crate) counters: Arc<Counters>,
-    /// Set by [`Client::shutdown`].
-    closed: AtomicBool,
-}
-
-impl ClientShared {
-    /// Fails at once when the client was shut down: see [`Client::shutdown`].
-    pub(crate) fn ensure_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::new(
-                crate::ErrorKind::Shutdown,
-                "the client was shut down; make a new one to take locks again",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Runs one call that is safe to repeat, once more on a fresh connection when the
-    /// connection dropped under it (a Redis restart leaves every pooled connection dead).
-    /// A call that timed out is not repeated: the caller gets the timeout at once.
-    pub(crate) fn call<T>(
-        &self,
-        doing: Doing<'_>,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        let first = self.call_once(doing, &f);
-        match first {
-            Err(e) if e.is_connection() && !e.is_checkout() => self.call_once(doing, &f),
-            other => other,
-        }
-    }
-
-    /// After an acquire on connection `c`: how many replicas acknowledged it, when the client
-    /// asks for acknowledgements (`WAIT` must run on the connection that wrote).
-    pub(crate) fn replica_acks(
-        &self,
-        c: &mut redis::Connection,
-    ) -> redis::RedisResult<Option<i64>> {
-        match self.config.replica_acks {
-            Some((replicas, timeout)) => {
-                let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-                redis::cmd("WAIT")
-                    .arg(replicas)
-                    .arg(timeout_ms)
-                    .query::<i64>(c)
-                    .map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    /// The error of an acquire that too few replicas acknowledged (and that was rolled back).
-    pub(crate) fn not_replicated(&self, acks: i64) -> Error {
-        let wanted = self.config.replica_acks.map_or(0, |(n, _)| n);
-        Error::new(
-            crate::ErrorKind::NotReplicated,
-            format!("{acks} of the {wanted} replicas asked for acknowledged the acquire in time; it was rolled back"),
-        )
-    }
-
-    /// Runs one call on a pooled connection.
-    pub(crate) fn call_once<T>(
-        &self,
-        doing: Doing<'_>,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        self.pool.get(doing)?.call(doing, f)
-    }
-}
-
-/// The validated settings of a client.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) pool_size: u32,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) default_lease: Duration,
-    pub(crate) renewal_interval: Duration,
-    pub(crate) key_prefix: String,
-    pub(crate) backoff_base: Duration,
-    pub(crate) backoff_cap: Duration,
-    /// Replicas that must acknowledge an acquire, and how long to wait for them.
-    pub(crate) replica_acks: Option<(u32, Duration)>,
+    shared: Arc<LockContext>,
 }
 
 impl Client {
@@ -224,9 +122,7 @@ impl Client {
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].
     pub fn stats(&self) -> Stats {
-        self.shared
-            .counters
-            .snapshot(&self.shared.renewal, &self.shared.notifier)
+        self.shared.stats()
     }
 
     /// Shuts the client down: every clone of it stops taking locks, and its background
@@ -260,16 +156,14 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn shutdown(self) {
-        self.shared.closed.store(true, Ordering::Release);
-        self.shared.renewal.shutdown();
-        self.shared.notifier.shutdown();
+        self.shared.shut_down();
     }
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.shared.pool.server().address)
+            .field("address", &self.shared.connections.server("").address)
             .field("client_id", &self.shared.tokens.client_uuid())
             .field("key_prefix", &self.shared.config.key_prefix)
             .finish_non_exhaustive()
@@ -362,7 +256,7 @@ impl Builder {
     /// The lease of locks taken without a fixed lease: how long a lock outlives a holder that
     /// died. The renewal thread keeps it from running out while the holder lives.
     ///
-    /// Defaults to 30 seconds. Must be at least 1 ms and at most [`MAX_LEASE`].
+    /// Defaults to 30 seconds. Must be at least 1 ms and at most [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
         self
@@ -485,7 +379,7 @@ impl Builder {
         if self.response_timeout.is_zero() {
             return Err(Error::config("response timeout must not be zero"));
         }
-        crate::mutex::validate_lease(self.default_lease)
+        validate_lease(self.default_lease)
             .map_err(|e| Error::config(format!("default lease: {e}")))?;
         let renewal_interval = self.renewal_interval.unwrap_or(self.default_lease / 3);
         if renewal_interval.is_zero() {
@@ -569,33 +463,16 @@ impl Builder {
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
         };
-        let pool = Pool::new(redis_client, server, config.pool_size);
-        let tokens = TokenSource::new();
-        let notifier = Notifier::new(
-            pool.clone(),
-            subscriber,
-            format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid()),
-        );
-        let counters = Arc::new(Counters::default());
-        let renewal = Renewal::new(
-            pool.clone(),
-            config.renewal_interval,
-            config.default_lease,
-            Arc::clone(&counters),
-        );
+        let pool_size = config.pool_size;
+        let connections =
+            Connections::new(Standalone::new(redis_client, subscriber, server, pool_size));
         Ok(Client {
-            shared: Arc::new(ClientShared {
-                id: NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            shared: Arc::new(LockContext::new(
+                NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
                 config,
-                pool,
-                renewal,
-                notifier,
-                gates: Gates::default(),
-                rechecks: Gates::default(),
-                tokens,
-                counters,
-                closed: AtomicBool::new(false),
-            }),
+                Arc::new(connections),
+                TokenSource::new(),
+            )),
         })
     }
 }
@@ -624,7 +501,7 @@ mod tests {
             Builder::new().response_timeout(Duration::ZERO),
             Builder::new().default_lease(Duration::ZERO),
             Builder::new().default_lease(Duration::from_micros(10)),
-            Builder::new().default_lease(MAX_LEASE + Duration::from_secs(1)),
+            Builder::new().default_lease(crate::MAX_LEASE + Duration::from_secs(1)),
             Builder::new().renewal_interval(Duration::ZERO),
             Builder::new().renewal_interval(Duration::from_secs(30)),
             Builder::new().key_prefix(""),

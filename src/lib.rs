@@ -75,36 +75,22 @@
 
 #![warn(missing_docs)]
 
-mod backoff;
-mod cleanup;
 mod client;
+mod config;
+mod connection;
 mod error;
-mod fair_mutex;
 mod fast_hash;
-mod gate;
-mod guard;
-mod hold;
 mod keys;
 mod lease;
-mod mutex;
-mod notify;
-mod poison;
-mod pool;
-mod reentrancy;
-mod renewal;
-mod scripts;
+mod primitives;
 mod stats;
-#[cfg(feature = "tls")]
-mod tls;
 mod token;
-mod wait;
+mod waiting;
 
-pub use client::{Builder, Client, MAX_LEASE};
+pub use client::{Builder, Client};
+pub use config::MAX_LEASE;
 pub use error::{Error, ErrorKind, Result};
-pub use fair_mutex::FairMutex;
-pub use guard::MutexGuard;
 pub use keys::MAX_NAME_LEN;
-pub use lease::LeaseWatch;
-pub use mutex::Mutex;
-pub use poison::PoisonInfo;
+pub use lease::{LeaseWatch, PoisonInfo};
+pub use primitives::{FairMutex, Mutex, MutexGuard};
 pub use stats::Stats;

@@ -4,9 +4,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::notify::Notifier;
-use crate::renewal::Renewal;
-
 /// What a [`Client`](crate::Client) and its clones did since it was built.
 ///
 /// Counters only grow. Take two snapshots and subtract to see a period.
@@ -78,6 +75,17 @@ impl ContendedWait<'_> {
     }
 }
 
+/// What the background threads counted, for a [`Stats`] snapshot.
+pub(crate) struct Background {
+    pub(crate) renewals: u64,
+    pub(crate) renewal_round_trips: u64,
+    pub(crate) renewal_time: Duration,
+    pub(crate) renewed_leases: u64,
+    pub(crate) pending_cleanups: u64,
+    pub(crate) notifications: u64,
+    pub(crate) subscriber_reconnects: u64,
+}
+
 /// The live counters behind [`Stats`].
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -111,10 +119,8 @@ impl Counters {
         }
     }
 
-    pub(crate) fn snapshot(&self, renewal: &Renewal, notifier: &Notifier) -> Stats {
+    pub(crate) fn snapshot(&self, background: Background) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let (renewals, renewal_round_trips, renewal_time) = renewal.counters();
-        let (notifications, subscriber_reconnects) = notifier.counters();
         Stats {
             acquisitions: get(&self.acquisitions),
             reentries: get(&self.reentries),
@@ -124,13 +130,13 @@ impl Counters {
             wait_time: Duration::from_nanos(get(&self.wait_nanos)),
             releases: get(&self.releases),
             lost: get(&self.lost),
-            renewals,
-            renewal_round_trips,
-            renewal_time,
-            renewed_leases: renewal.registered() as u64,
-            notifications,
-            subscriber_reconnects,
-            pending_cleanups: renewal.pending_cleanups() as u64,
+            renewals: background.renewals,
+            renewal_round_trips: background.renewal_round_trips,
+            renewal_time: background.renewal_time,
+            renewed_leases: background.renewed_leases,
+            notifications: background.notifications,
+            subscriber_reconnects: background.subscriber_reconnects,
+            pending_cleanups: background.pending_cleanups,
         }
     }
 }

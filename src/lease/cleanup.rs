@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use redis::ScriptInvocation;
 
+use crate::connection::{Routed, ScriptCall};
 use crate::fast_hash::FastHashMap;
 
 /// The most pending clean-ups kept for one lock.
@@ -37,7 +37,7 @@ pub(crate) struct Cleanup {
     pub(crate) name: Arc<str>,
     /// A script call that removes what the failed call may have left, checked against its
     /// token, and replies 1 when it removed something.
-    pub(crate) call: ScriptInvocation<'static>,
+    pub(crate) call: ScriptCall,
     /// When the lease that the failed call asked for has passed, at the latest.
     pub(crate) give_up_at: Instant,
 }
@@ -65,7 +65,8 @@ pub(crate) enum Outcome {
 }
 
 impl Cleanups {
-    /// Adds a clean-up for the lock at `lock_key`. Returns `false` when the limits refused it.
+    /// Adds a clean-up for the lock at `lock_key` (also its route). Returns `false` when the
+    /// limits refused it.
     pub(crate) fn add(&self, lock_key: &Arc<str>, cleanup: Cleanup) -> bool {
         let mut by_lock = self.by_lock.lock();
         if !by_lock.contains_key(lock_key) && by_lock.len() >= MAX_LOCKS {
@@ -104,12 +105,9 @@ impl Cleanups {
     }
 
     /// Drops what is past its time, then lets `send` try every pending clean-up in one batch
-    /// and records what Redis answered. `send` gets the calls and returns one outcome each,
-    /// in order.
-    pub(crate) fn run(
-        &self,
-        send: impl FnOnce(&[&ScriptInvocation<'static>]) -> Vec<Outcome>,
-    ) -> usize {
+    /// and records what Redis answered. `send` gets the calls with their routes and returns
+    /// one outcome each, in order.
+    pub(crate) fn run(&self, send: impl FnOnce(&[Routed<'_>]) -> Vec<Outcome>) -> usize {
         let now = Instant::now();
         // Take the batch out, so that callers adding clean-ups meanwhile do not wait for Redis.
         let mut batch: Vec<(Arc<str>, Pending)> = {
@@ -129,8 +127,10 @@ impl Cleanups {
             return 0;
         }
         let outcomes = {
-            let calls: Vec<&ScriptInvocation<'static>> =
-                batch.iter().map(|(_, p)| &p.cleanup.call).collect();
+            let calls: Vec<Routed<'_>> = batch
+                .iter()
+                .map(|(key, p)| (&**key, &p.cleanup.call))
+                .collect();
             send(&calls)
         };
         let sent = batch.len();

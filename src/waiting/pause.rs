@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::backoff::Backoff;
-use crate::client::Config;
-use crate::notify::Subscription;
+use super::backoff::Backoff;
+use super::subscriber::Subscription;
+use crate::config::Config;
 
 pub(crate) struct Pause {
     subscription: Option<Subscription>,

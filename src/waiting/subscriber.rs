@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use parking_lot::{Condvar, Mutex};
 
+use crate::connection::Connections;
 use crate::error::Doing;
 use crate::fast_hash::FastHashMap;
-use crate::pool::Pool;
 
 /// The name the subscriber thread carries.
 pub(crate) const THREAD_NAME: &str = "redmutex-notify";
@@ -91,13 +91,11 @@ struct Worker {
 }
 
 /// The client's side of the subscriber thread.
-pub(crate) struct Notifier {
+pub(crate) struct Subscriber {
     shared: Arc<Shared>,
     worker: Mutex<Option<Worker>>,
-    /// For publishing on the wake channel.
-    pool: Pool,
-    /// Makes the subscriber's connections (RESP3, for push frames).
-    subscriber: redis::Client,
+    /// For the subscriber's connections and publishing on the wake channel.
+    connections: Arc<Connections>,
     /// Set by `shutdown`: the thread is not started again.
     stopped: AtomicBool,
 }
@@ -110,9 +108,9 @@ pub(crate) struct Subscription {
     signal: Arc<Signal>,
 }
 
-impl Notifier {
-    pub(crate) fn new(pool: Pool, subscriber: redis::Client, wake_channel: String) -> Self {
-        Notifier {
+impl Subscriber {
+    pub(crate) fn new(connections: Arc<Connections>, wake_channel: String) -> Self {
+        Subscriber {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
                 confirmations: Condvar::new(),
@@ -123,8 +121,7 @@ impl Notifier {
                 wake_channel,
             }),
             worker: Mutex::new(None),
-            pool,
-            subscriber,
+            connections,
             stopped: AtomicBool::new(false),
         }
     }
@@ -205,13 +202,14 @@ impl Notifier {
         if self.stopped.load(Ordering::Acquire) {
             return false;
         }
-        let server = self.pool.server();
         let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
         let thread = SubscriberThread {
             shared: Arc::clone(&self.shared),
-            redis: self.subscriber.clone(),
-            connect_timeout: server.connect_timeout,
-            response_timeout: server.response_timeout,
+            connections: Arc::clone(&self.connections),
+            response_timeout: self
+                .connections
+                .server(&self.shared.wake_channel)
+                .response_timeout,
             wake: wake_rx,
         };
         match std::thread::Builder::new()
@@ -236,13 +234,12 @@ impl Notifier {
     /// it looks at its state every `POLL` anyway.
     fn wake_reader(&self) {
         let doing = Doing::work("waking the subscriber");
-        let result = self.pool.get(doing).and_then(|mut conn| {
-            conn.call(doing, |c| {
-                redis::cmd("PUBLISH")
-                    .arg(&self.shared.wake_channel)
-                    .arg("wake")
-                    .query::<i64>(c)
-            })
+        let channel = &self.shared.wake_channel;
+        let result = self.connections.call(channel, doing, |c| {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg("wake")
+                .query::<i64>(c)
         });
         if let Err(e) = result {
             log::debug!("redmutex: {e}");
@@ -345,8 +342,7 @@ impl Drop for Subscription {
 
 struct SubscriberThread {
     shared: Arc<Shared>,
-    redis: redis::Client,
-    connect_timeout: Duration,
+    connections: Arc<Connections>,
     response_timeout: Duration,
     wake: Receiver<()>,
 }
@@ -365,10 +361,9 @@ impl SubscriberThread {
                 return;
             }
             let conn = self
-                .redis
-                .get_connection_with_timeout(self.connect_timeout)
+                .connections
+                .subscriber_connection(&self.shared.wake_channel)
                 .and_then(|c| {
-                    c.set_write_timeout(Some(self.response_timeout))?;
                     c.set_read_timeout(Some(POLL))?;
                     Ok(c)
                 });

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::fast_hash::FastHashMap;
-use crate::hold::Hold;
+use crate::lease::hold::Hold;
 
 /// (client id, lock key) — a lock held through one client.
 type HoldKey = (u64, Arc<str>);

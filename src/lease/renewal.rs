@@ -1,8 +1,8 @@
 //! The renewal (watchdog) thread: one per client, started lazily, renewing every registered
 //! lease each interval in pipelined batches, and marking leases lost when renewal finds the
-//! token gone or cannot renew before the lease runs out. It also sends the fair waiters'
-//! heartbeats (one call per lock for all waiters of this client) and retries the clean-ups of
-//! calls whose outcome is unknown (see `cleanup`).
+//! token gone or cannot renew before the lease runs out. It also sends the heartbeats of
+//! queued waiters (one call per lock for all waiters of this client) and retries the clean-ups
+//! of calls whose outcome is unknown (see `cleanup`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::cleanup::{Cleanup, Cleanups, Outcome};
+use crate::connection::{Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::fast_hash::FastHashMap;
-use crate::lease::{LeaseState, LostReason};
-use crate::pool::Pool;
-use crate::scripts;
+use crate::keys::LockKeys;
+use crate::lease::cleanup::{Cleanup, Cleanups, Outcome};
+use crate::lease::protocol::Protocol;
+use crate::lease::state::{LeaseState, LostReason};
 use crate::stats::Counters;
 
 /// How often pending clean-ups are tried again.
@@ -30,21 +31,22 @@ pub(crate) const BATCH_SIZE: usize = 1000;
 pub(crate) const THREAD_NAME: &str = "redmutex-renewal";
 
 /// Something the renewal thread keeps alive.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) enum Registration {
     /// A held lock's lease.
     Lease {
-        lock_key: Arc<str>,
+        protocol: &'static dyn Protocol,
+        keys: Arc<LockKeys>,
         token: Arc<str>,
         state: Arc<LeaseState>,
     },
-    /// A fair lock waiter's place in the queue (its heartbeat).
+    /// A queued waiter's place (its heartbeat).
     Waiter {
-        queue_key: Arc<str>,
-        timeouts_key: Arc<str>,
+        protocol: &'static dyn Protocol,
+        keys: Arc<LockKeys>,
         token: Arc<str>,
         /// Set when the heartbeat found the waiter dropped from the queue as dead: it must
-        /// attempt again to re-join.
+        /// attempt again to join again.
         dropped: Arc<AtomicBool>,
     },
 }
@@ -111,7 +113,7 @@ struct Worker {
 struct Shared {
     registry: Registry,
     cleanups: Cleanups,
-    pool: Pool,
+    connections: Arc<Connections>,
     interval: Duration,
     lease: Duration,
     renewals: AtomicU64,
@@ -131,7 +133,7 @@ pub(crate) struct Renewal {
 
 impl Renewal {
     pub(crate) fn new(
-        pool: Pool,
+        connections: Arc<Connections>,
         interval: Duration,
         lease: Duration,
         counters: Arc<Counters>,
@@ -140,7 +142,7 @@ impl Renewal {
             shared: Arc::new(Shared {
                 registry: Registry::new(),
                 cleanups: Cleanups::default(),
-                pool,
+                connections,
                 interval,
                 lease,
                 renewals: AtomicU64::new(0),
@@ -297,36 +299,19 @@ impl RenewalThread {
     fn run_cleanups(&self) {
         let s = &*self.shared;
         s.cleanups.run(|calls| {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for call in calls {
-                pipe.invoke_script(call);
-            }
             let doing = Doing::work("cleaning up after failed calls");
-            let sent = s.pool.get(doing).and_then(|mut conn| {
-                let replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
-                // After a restart or `SCRIPT FLUSH`: load what was missing; the next pass
-                // sends those again.
-                for (call, reply) in calls.iter().zip(&replies) {
-                    if is_noscript(reply) {
-                        let _ = conn.call_raw(|c| call.load(c));
+            s.connections
+                .call_batch(calls, doing)
+                .0
+                .into_iter()
+                .map(|reply| match reply {
+                    Ok(value) => Outcome::Answered(value),
+                    Err(e) => {
+                        log::debug!("redmutex: {e}");
+                        Outcome::Failed
                     }
-                }
-                Ok(replies)
-            });
-            match sent {
-                Ok(replies) => replies
-                    .into_iter()
-                    .map(|r| match is_noscript(&r) {
-                        true => Outcome::Failed,
-                        false => Outcome::Answered(r),
-                    })
-                    .collect(),
-                Err(e) => {
-                    log::debug!("redmutex: {e}");
-                    Vec::new()
-                }
-            }
+                })
+                .collect()
         });
     }
 
@@ -347,161 +332,125 @@ impl RenewalThread {
         s.busy_nanos.fetch_add(busy, Ordering::Relaxed);
     }
 
-    /// Sends one pipelined batch of script calls; once more after a dropped connection (they
-    /// are all idempotent), and after loading the scripts when Redis lost them.
-    fn send_batch<T: redis::FromRedisValue>(
-        &self,
-        pipe: &redis::Pipeline,
-        doing: Doing<'_>,
-    ) -> Result<Vec<T>> {
-        let s = &*self.shared;
-        let once = || -> Result<Vec<T>> {
-            let mut conn = s.pool.get(doing)?;
-            s.batches.fetch_add(1, Ordering::Relaxed);
-            let mut replies = conn.call_raw(|c| pipe.query::<Vec<T>>(c));
-            if let Err(e) = &replies {
-                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) {
-                    // Redis restarted or its scripts were flushed: load and send once more.
-                    s.batches.fetch_add(1, Ordering::Relaxed);
-                    replies = conn
-                        .call_raw(|c| scripts::RENEW.load(c))
-                        .and_then(|_| conn.call_raw(|c| scripts::FAIR_HEARTBEAT.load(c)))
-                        .and_then(|_| conn.call_raw(|c| pipe.query::<Vec<T>>(c)));
-                }
-            }
-            replies.map_err(|e| Error::from_call(s.pool.server(), doing, e))
-        };
-        let result = once();
-        match result {
-            Err(e) if e.is_connection() && !e.is_checkout() => once(),
-            other => other,
-        }
-    }
-
-    /// One heartbeat call per fair lock for every waiter of this client; waiters found
+    /// One heartbeat call per lock for every queued waiter of this client; waiters found
     /// dropped from their queue are told to join again.
     fn send_heartbeats(&self, waiters: &[(u64, Registration)]) {
         let s = &*self.shared;
-        let lease_ms = u64::try_from(s.lease.as_millis()).unwrap_or(u64::MAX);
-        type Waiters<'a> = Vec<(&'a str, &'a Arc<AtomicBool>)>;
-        let mut by_lock: FastHashMap<(&str, &str), Waiters<'_>> = FastHashMap::default();
+        type Waiters<'a> = (
+            &'static dyn Protocol,
+            &'a Arc<LockKeys>,
+            Vec<(&'a str, &'a Arc<AtomicBool>)>,
+        );
+        let mut by_lock: FastHashMap<&str, Waiters<'_>> = FastHashMap::default();
         for (_, r) in waiters {
             if let Registration::Waiter {
-                queue_key,
-                timeouts_key,
+                protocol,
+                keys,
                 token,
                 dropped,
             } = r
             {
                 by_lock
-                    .entry((&**queue_key, &**timeouts_key))
-                    .or_default()
+                    .entry(keys.lock.as_str())
+                    .or_insert_with(|| (*protocol, keys, Vec::new()))
+                    .2
                     .push((&**token, dropped));
             }
         }
-        let groups: Vec<_> = by_lock.into_iter().collect();
-        let mut pipe = redis::pipe();
-        let invocations: Vec<_> = groups
-            .iter()
-            .map(|((queue, timeouts), waiters)| {
-                // A waiter counts as dead one lease after its last heartbeat.
-                let mut inv = scripts::FAIR_HEARTBEAT.key(*queue);
-                inv.key(*timeouts).arg(lease_ms);
-                for (token, _) in waiters {
-                    inv.arg(*token);
-                }
-                inv
+        // A waiter counts as dead one lease after its last heartbeat.
+        let groups: Vec<_> = by_lock
+            .into_values()
+            .filter_map(|(protocol, keys, waiters)| {
+                let tokens: Vec<&str> = waiters.iter().map(|(t, _)| *t).collect();
+                let call = protocol.heartbeat(keys, &tokens, s.lease)?;
+                Some((keys, waiters, call))
             })
             .collect();
-        for inv in &invocations {
-            pipe.invoke_script(inv);
-        }
+        let calls: Vec<Routed<'_>> = groups
+            .iter()
+            .map(|(keys, _, call)| (keys.lock.as_str(), call))
+            .collect();
         s.renewals
             .fetch_add(waiters.len() as u64, Ordering::Relaxed);
-        let doing = Doing::work("sending fair waiters' heartbeats");
-        match self.send_batch::<Vec<String>>(&pipe, doing) {
-            Ok(replies) => {
-                for ((_, waiters), dropped) in groups.iter().zip(replies) {
-                    for (token, flag) in waiters {
-                        if dropped.iter().any(|d| d == token) {
-                            flag.store(true, Ordering::Release);
-                        }
-                    }
+        let (replies, trips) = s
+            .connections
+            .call_batch(&calls, Doing::work("sending queued waiters' heartbeats"));
+        s.batches.fetch_add(trips, Ordering::Relaxed);
+        for ((_, waiters, _), reply) in groups.iter().zip(replies) {
+            let dropped: Vec<String> = match reply {
+                Ok(value) => redis::from_redis_value(value).unwrap_or_default(),
+                Err(e) => {
+                    log::debug!("redmutex: {e}");
+                    continue;
+                }
+            };
+            for (token, flag) in waiters {
+                if dropped.iter().any(|d| d == token) {
+                    flag.store(true, Ordering::Release);
                 }
             }
-            Err(e) => log::debug!("redmutex: {e}"),
         }
     }
 
     fn renew_batch(&self, batch: &[(u64, Registration)]) {
         let s = &*self.shared;
         let sent_at = Instant::now();
-        let lease_ms = u64::try_from(s.lease.as_millis()).unwrap_or(u64::MAX);
-        let mut pipe = redis::pipe();
         let invocations: Vec<_> = batch
             .iter()
             .filter_map(|(_, r)| match r {
                 Registration::Lease {
-                    lock_key, token, ..
-                } => {
-                    let mut inv = scripts::RENEW.key(&**lock_key);
-                    inv.arg(&**token).arg(lease_ms);
-                    Some(inv)
-                }
+                    protocol,
+                    keys,
+                    token,
+                    ..
+                } => Some((keys, protocol.renew(keys, token, s.lease))),
                 Registration::Waiter { .. } => None,
             })
             .collect();
-        for inv in &invocations {
-            pipe.invoke_script(inv);
-        }
-        let result = self.send_batch::<i64>(&pipe, Doing::work("renewing leases"));
+        let calls: Vec<Routed<'_>> = invocations
+            .iter()
+            .map(|(keys, call)| (keys.lock.as_str(), call))
+            .collect();
+        let (replies, trips) = s
+            .connections
+            .call_batch(&calls, Doing::work("renewing leases"));
+        s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        match result {
-            Ok(replies) => {
-                for ((id, r), reply) in batch.iter().zip(replies) {
-                    let Registration::Lease {
-                        lock_key, state, ..
-                    } = r
-                    else {
-                        continue;
-                    };
-                    if reply == 1 {
-                        state.renewed(sent_at, s.lease);
-                    } else if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
+        let mut failures = 0;
+        for ((id, r), reply) in batch.iter().zip(replies) {
+            let Registration::Lease { keys, state, .. } = r else {
+                continue;
+            };
+            match reply {
+                Ok(redis::Value::Int(1)) => state.renewed(sent_at, s.lease),
+                Ok(_) => {
+                    if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
                         Counters::add(&s.counters.lost, 1);
                         log::warn!(
-                            "redmutex: lock {lock_key} was lost: renewal found it no longer \
-                             holding this holder's token"
+                            "redmutex: lock {} was lost: renewal found it no longer holding \
+                             this holder's token",
+                            keys.lock
                         );
                     }
                 }
-            }
-            Err(e) => {
-                let now = Instant::now();
-                for (id, r) in batch {
-                    let Registration::Lease {
-                        lock_key, state, ..
-                    } = r
-                    else {
-                        continue;
-                    };
-                    if now >= state.expires_at()
+                Err(e) => {
+                    failures += 1;
+                    if Instant::now() >= state.expires_at()
                         && s.registry.contains(*id)
                         && state.mark_lost(LostReason::Expired(e.to_string()))
                     {
                         Counters::add(&s.counters.lost, 1);
                         log::warn!(
-                            "redmutex: lock {lock_key} was lost: its lease ran out while \
-                             renewal failed: {e}"
+                            "redmutex: lock {} was lost: its lease ran out while renewal \
+                             failed: {e}",
+                            keys.lock
                         );
                     }
                 }
-                log::debug!("redmutex: renewal of {} leases failed: {e}", batch.len());
             }
         }
+        if failures > 0 {
+            log::debug!("redmutex: renewal of {failures} leases failed");
+        }
     }
-}
-
-fn is_noscript(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
 }

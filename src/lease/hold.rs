@@ -1,26 +1,37 @@
 //! One acquisition of a lock: what its guards need to renew, extend, check and release it.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::keys::LockKeys;
-use crate::lease::LeaseState;
+use crate::lease::protocol::Protocol;
+use crate::lease::state::LeaseState;
 
 /// A lock held by one thread, shared by all of its (re-entrant) guards.
-#[derive(Debug)]
 pub(crate) struct Hold {
+    /// The kind of lock: how to release it.
+    pub(crate) protocol: &'static dyn Protocol,
     pub(crate) keys: Arc<LockKeys>,
     /// The lock's name, for messages.
     pub(crate) name: Arc<str>,
-    /// The key as the reentrancy map and the renewal thread know it.
+    /// The key as the re-entry map and the renewal thread know it; also the lock's route.
     pub(crate) lock_key: Arc<str>,
     pub(crate) token: Arc<str>,
     pub(crate) fencing_token: u64,
-    /// Taken through a fair lock: its release wakes the next waiter in the queue.
-    pub(crate) fair: bool,
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
     pub(crate) fixed_lease: Option<Duration>,
     /// The renewal registration, for a renewed lease.
     pub(crate) renewal_id: Option<u64>,
     pub(crate) lease: Arc<LeaseState>,
+}
+
+impl fmt::Debug for Hold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hold")
+            .field("kind", &self.protocol.kind())
+            .field("name", &self.name)
+            .field("fencing_token", &self.fencing_token)
+            .finish_non_exhaustive()
+    }
 }

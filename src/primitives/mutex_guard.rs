@@ -1,21 +1,10 @@
-//! `MutexGuard`: proof of holding a lock; releases it when dropped.
+//! `MutexGuard`: proof of holding a `Mutex` or a `FairMutex`; releases it when dropped.
 
 use std::fmt;
-use std::marker::PhantomData;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::cleanup::Cleanup;
-use crate::client::ClientShared;
-use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::fair_mutex;
-use crate::hold::Hold;
-use crate::lease::{LeaseWatch, LostReason};
-use crate::mutex::{millis, release_invocation, validate_lease};
-use crate::poison::PoisonInfo;
-use crate::reentrancy;
-use crate::scripts;
-use crate::stats::Counters;
+use crate::error::Result;
+use crate::lease::{LeaseGuard, LeaseWatch, PoisonInfo};
 
 /// A held lock. Dropping it releases the lock (the outermost guard of a re-entrant hold
 /// releases it in Redis; inner ones only count down).
@@ -41,20 +30,12 @@ use crate::stats::Counters;
 /// ```
 #[must_use = "if unused the Mutex will immediately unlock"]
 pub struct MutexGuard {
-    client: Arc<ClientShared>,
-    hold: Arc<Hold>,
-    released: bool,
-    _not_send: PhantomData<*const ()>,
+    inner: LeaseGuard,
 }
 
 impl MutexGuard {
-    pub(crate) fn new(client: Arc<ClientShared>, hold: Arc<Hold>) -> Self {
-        MutexGuard {
-            client,
-            hold,
-            released: false,
-            _not_send: PhantomData,
-        }
+    pub(crate) fn new(inner: LeaseGuard) -> Self {
+        MutexGuard { inner }
     }
 
     /// The fencing token of this acquisition: strictly greater than that of every earlier
@@ -98,24 +79,24 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.hold.fencing_token
+        self.inner.fencing_token()
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.hold.name
+        self.inner.name()
     }
 
     /// Whether the lease is known to be lost: renewal found the lock no longer ours, or the
     /// lease ran out (by this machine's clock) without a successful renewal or extension.
     /// Local, no round trip.
     pub fn is_lost(&self) -> bool {
-        self.hold.lease.is_lost()
+        self.inner.is_lost()
     }
 
     /// A handle that tells any thread when this lease is lost; see [`LeaseWatch`].
     pub fn lease_watch(&self) -> LeaseWatch {
-        LeaseWatch::new(Arc::clone(&self.hold.lease))
+        self.inner.lease_watch()
     }
 
     /// Asks Redis whether the lock is still held by this holder. One round trip. Returns the
@@ -126,17 +107,7 @@ impl MutexGuard {
     /// [`ErrorKind::LockLost`] when it is not (the guard then reports
     /// [`is_lost`](Self::is_lost) too); connection and timeout errors.
     pub fn verify(&self) -> Result<Duration> {
-        let keys = &self.hold.keys;
-        let ttl: i64 = self.client.call(self.doing("verifying"), |c| {
-            scripts::CHECK
-                .key(&keys.lock)
-                .arg(&*self.hold.token)
-                .invoke(c)
-        })?;
-        match u64::try_from(ttl) {
-            Ok(ms) => Ok(Duration::from_millis(ms)),
-            Err(_) => Err(self.lost(LostReason::Taken)),
-        }
+        self.inner.verify()
     }
 
     /// Adds `additional` to the lock's remaining lease, if it is still held. One round trip.
@@ -167,7 +138,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn extend(&self, additional: Duration) -> Result<()> {
-        self.change_lease(additional, "add")
+        self.inner.extend(additional)
     }
 
     /// Replaces the lock's remaining lease with `remaining`, if it is still held: it may
@@ -193,36 +164,7 @@ impl MutexGuard {
     /// # Ok(()) }
     /// ```
     pub fn set_lease(&self, remaining: Duration) -> Result<()> {
-        self.change_lease(remaining, "set")
-    }
-
-    fn change_lease(&self, by: Duration, how: &'static str) -> Result<()> {
-        validate_lease(by)?;
-        if let Some(reason) = self.hold.lease.lost_reason() {
-            return Err(self.lost(reason));
-        }
-        let keys = &self.hold.keys;
-        let sent_at = Instant::now();
-        let remaining: i64 = self
-            .client
-            .call(self.doing("extending the lease of"), |c| {
-                scripts::CHANGE_LEASE
-                    .key(&keys.lock)
-                    .arg(&*self.hold.token)
-                    .arg(millis(by))
-                    .arg(how)
-                    .invoke(c)
-            })?;
-        match u64::try_from(remaining) {
-            Ok(ms) => {
-                // Counted from the sending: the local view never outlives Redis's.
-                self.hold
-                    .lease
-                    .expires_at_set(sent_at + Duration::from_millis(ms));
-                Ok(())
-            }
-            Err(_) => Err(self.lost(LostReason::Taken)),
-        }
+        self.inner.set_lease(remaining)
     }
 
     /// Releases the lock now and reports how that went.
@@ -233,8 +175,8 @@ impl MutexGuard {
     ///   the release; whoever holds it now is left alone.
     /// - Connection and timeout errors: the release may not have happened; the lock then
     ///   expires with its lease (it is no longer renewed).
-    pub fn unlock(mut self) -> Result<()> {
-        self.release()
+    pub fn unlock(self) -> Result<()> {
+        self.inner.unlock()
     }
 
     /// Whether the previous holder's thread panicked while holding the lock (in any
@@ -266,13 +208,7 @@ impl MutexGuard {
     ///
     /// [`Mutex::lock`]: crate::Mutex::lock
     pub fn poison(&self) -> Result<Option<PoisonInfo>> {
-        let keys = &self.hold.keys;
-        let stored: Option<String> = self
-            .client
-            .call(self.doing("reading the poison record of"), |c| {
-                redis::cmd("GET").arg(&keys.poison).query(c)
-            })?;
-        Ok(stored.map(|s| PoisonInfo::decode(&s)))
+        self.inner.poison()
     }
 
     /// Removes the poison record of this lock. Returns whether there was one.
@@ -282,153 +218,17 @@ impl MutexGuard {
     /// [`ErrorKind::LockLost`] when the lease is known to be lost (only the holder may clear
     /// it); connection and timeout errors.
     pub fn clear_poison(&self) -> Result<bool> {
-        if let Some(reason) = self.hold.lease.lost_reason() {
-            return Err(self.lost(reason));
-        }
-        let keys = &self.hold.keys;
-        let removed: i64 = self
-            .client
-            .call(self.doing("clearing the poison record of"), |c| {
-                redis::cmd("DEL").arg(&keys.poison).query(c)
-            })?;
-        Ok(removed == 1)
-    }
-
-    /// Leaves the poison record on the way out of a panicking thread. Best effort: a failure
-    /// is logged.
-    #[cold]
-    fn mark_poisoned(&self) {
-        let keys = &self.hold.keys;
-        let record = PoisonInfo::here(&self.hold.token).encode();
-        let result = self.client.call(self.doing("recording a panic on"), |c| {
-            scripts::MARK_POISONED
-                .key(&keys.lock)
-                .key(&keys.poison)
-                .arg(&*self.hold.token)
-                .arg(&record)
-                .invoke::<i64>(c)
-        });
-        match result {
-            Ok(_) => log::warn!(
-                "redmutex: a thread panicked while holding lock {:?}; it is released and \
-                 marked poisoned",
-                self.hold.name
-            ),
-            Err(e) => log::warn!(
-                "redmutex: a thread panicked while holding lock {:?}, and marking it \
-                 poisoned failed: {e}",
-                self.hold.name
-            ),
-        }
-    }
-
-    fn lost(&self, reason: LostReason) -> Error {
-        if self.hold.lease.mark_lost(reason.clone()) {
-            Counters::add(&self.client.counters.lost, 1);
-        }
-        Error::new(
-            ErrorKind::LockLost,
-            format!("lock {:?}: {}", self.hold.name, reason.describe()),
-        )
-    }
-
-    fn release(&mut self) -> Result<()> {
-        if self.released {
-            return Ok(());
-        }
-        self.released = true;
-        if !reentrancy::exit(self.client.id, &self.hold.lock_key) {
-            return Ok(());
-        }
-        if std::thread::panicking() {
-            self.mark_poisoned();
-        }
-        if let Some(id) = self.hold.renewal_id {
-            self.client.renewal.cancel(id);
-        }
-        let result = self.release_in_redis();
-        self.hold.lease.mark_released();
-        result
-    }
-
-    /// The compare-and-delete release. After a dropped connection it is sent once more (it
-    /// is idempotent); after a time-out the caller gets the error at once and the renewal
-    /// thread sends it again until Redis answers or the lease has run out.
-    fn release_in_redis(&self) -> Result<()> {
-        let lost_before = self.hold.lease.lost_reason();
-        let mut reply = self.send_release();
-        if let Err(first) = &reply {
-            if first.is_connection() && !first.is_checkout() {
-                reply = match self.send_release() {
-                    // The first one ran before its connection dropped.
-                    Ok(0) if lost_before.is_none() => Ok(1),
-                    Ok(n) => Ok(n),
-                    Err(_) => Err(first.clone()),
-                };
-            }
-        }
-        match reply {
-            Ok(1) => {
-                Counters::add(&self.client.counters.releases, 1);
-                Ok(())
-            }
-            Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
-            Err(e) => {
-                if e.outcome_unknown() {
-                    self.release_later();
-                }
-                Err(e)
-            }
-        }
-    }
-
-    fn release_call(&self) -> redis::ScriptInvocation<'static> {
-        let keys = &self.hold.keys;
-        if self.hold.fair {
-            fair_mutex::release_invocation(keys, &self.hold.token, false)
-        } else {
-            release_invocation(keys, &self.hold.token)
-        }
-    }
-
-    fn send_release(&self) -> Result<i64> {
-        self.client
-            .call_once(self.doing("releasing"), |c| self.release_call().invoke(c))
-    }
-
-    #[cold]
-    fn release_later(&self) {
-        let give_up_at = self.hold.lease.expires_at() + self.client.config.response_timeout;
-        self.client.renewal.clean_up_later(
-            &self.hold.lock_key,
-            Cleanup {
-                name: Arc::clone(&self.hold.name),
-                call: self.release_call(),
-                give_up_at,
-            },
-        );
-    }
-
-    fn doing(&self, action: &'static str) -> Doing<'_> {
-        Doing::lock(action, &self.hold.name)
-    }
-}
-
-impl Drop for MutexGuard {
-    fn drop(&mut self) {
-        if let Err(e) = self.release() {
-            log::warn!("redmutex: releasing lock {:?} failed: {e}", self.hold.name);
-        }
+        self.inner.clear_poison()
     }
 }
 
 impl fmt::Debug for MutexGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MutexGuard")
-            .field("name", &self.hold.name)
-            .field("fencing_token", &self.hold.fencing_token)
-            .field("fixed_lease", &self.hold.fixed_lease)
-            .field("lost", &self.is_lost())
+            .field("name", &self.inner.name())
+            .field("fencing_token", &self.inner.fencing_token())
+            .field("fixed_lease", &self.inner.fixed_lease())
+            .field("lost", &self.inner.is_lost())
             .finish_non_exhaustive()
     }
 }

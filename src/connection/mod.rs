@@ -1,0 +1,206 @@
+//! The connection seam: everything that talks to Redis goes through [`Connections`], which
+//! asks a [`Deployment`] where a lock's keys live.
+//!
+//! The layers above ask for three things only:
+//! - run a call for a lock on the server that owns its keys ([`Connections::call`]);
+//! - run a batch of script calls (renewals, heartbeats, clean-ups) grouped by server, one
+//!   pipelined round trip per server ([`Connections::call_batch`]);
+//! - open the subscriber connection for a lock's channel
+//!   ([`Connections::subscriber_connection`]).
+//!
+//! A lock is routed by its main key: every key of a lock shares its hash tag, so one route
+//! names one server of any deployment. Adding a deployment is one implementation of
+//! [`Deployment`].
+
+mod pool;
+mod standalone;
+#[cfg(feature = "tls")]
+mod tls;
+
+use redis::{Script, ScriptInvocation};
+
+use crate::error::{Doing, Error, Result, Server};
+
+pub(crate) use pool::{Checkout, Pool};
+pub(crate) use standalone::Standalone;
+#[cfg(feature = "tls")]
+pub(crate) use tls::{ClientCertificate, TlsSettings};
+
+/// One deployment of Redis: which server ("shard") holds a route, and connections to it.
+pub(crate) trait Deployment: Send + Sync {
+    /// The shard whose server holds the keys of `route` (a lock's main key).
+    fn shard_of(&self, route: &str) -> usize;
+
+    /// A pooled connection to the server of `shard`, within the connect timeout.
+    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout<'_>>;
+
+    /// A new connection for a subscriber of `shard`'s channels, speaking RESP3 (so that
+    /// messages and confirmations arrive as push frames), with the response timeout as its
+    /// write timeout.
+    fn subscriber_connection(&self, shard: usize) -> redis::RedisResult<redis::Connection>;
+
+    /// The server of `shard`, as messages name it.
+    fn server(&self, shard: usize) -> &Server;
+}
+
+/// What the rest of the crate talks to Redis through.
+pub(crate) struct Connections {
+    deployment: Box<dyn Deployment>,
+}
+
+/// A call of one of the crate's scripts: the script, and its keys and arguments.
+pub(crate) struct ScriptCall {
+    script: &'static Script,
+    invocation: ScriptInvocation<'static>,
+}
+
+impl ScriptCall {
+    pub(crate) fn new(script: &'static Script) -> Self {
+        ScriptCall {
+            script,
+            invocation: script.prepare_invoke(),
+        }
+    }
+
+    pub(crate) fn key(mut self, key: impl redis::ToRedisArgs) -> Self {
+        self.invocation.key(key);
+        self
+    }
+
+    pub(crate) fn arg(mut self, arg: impl redis::ToRedisArgs) -> Self {
+        self.invocation.arg(arg);
+        self
+    }
+
+    /// Runs the call (`EVALSHA`, and the script's load when Redis lost it).
+    #[inline]
+    pub(crate) fn invoke<T: redis::FromRedisValue>(
+        &self,
+        c: &mut redis::Connection,
+    ) -> redis::RedisResult<T> {
+        self.invocation.invoke(c)
+    }
+}
+
+/// One call of a batch: the route of its lock, and the script call.
+pub(crate) type Routed<'a> = (&'a str, &'a ScriptCall);
+
+impl Connections {
+    pub(crate) fn new(deployment: impl Deployment + 'static) -> Self {
+        Connections {
+            deployment: Box::new(deployment),
+        }
+    }
+
+    /// Runs one call for the lock routed by `route`, on the server that owns it.
+    #[inline]
+    pub(crate) fn call<T>(
+        &self,
+        route: &str,
+        doing: Doing<'_>,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let shard = self.deployment.shard_of(route);
+        self.deployment.checkout(shard, doing)?.call(doing, f)
+    }
+
+    /// Runs script calls grouped by server, one pipelined round trip per server, and returns
+    /// one outcome per call, in order: Redis's reply (an error reply is a value too), or the
+    /// error that kept its server's batch from being answered. Every call must be safe to
+    /// run twice: a batch is sent once more after its connection dropped, and after loading
+    /// the scripts that Redis reported missing (`NOSCRIPT`, after a restart or
+    /// `SCRIPT FLUSH`). Also returns the number of round trips it took.
+    pub(crate) fn call_batch(
+        &self,
+        calls: &[Routed<'_>],
+        doing: Doing<'_>,
+    ) -> (Vec<Result<redis::Value>>, u64) {
+        let mut trips = 0;
+        let mut outcomes: Vec<Option<Result<redis::Value>>> = calls.iter().map(|_| None).collect();
+        let mut by_shard: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, (route, _)) in calls.iter().enumerate() {
+            let shard = self.deployment.shard_of(route);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, members)) => members.push(i),
+                None => by_shard.push((shard, vec![i])),
+            }
+        }
+        for (shard, members) in by_shard {
+            let batch: Vec<&ScriptCall> = members.iter().map(|&i| calls[i].1).collect();
+            match self.send_batch(shard, &batch, doing, &mut trips) {
+                Ok(replies) => {
+                    for (i, reply) in members.into_iter().zip(replies) {
+                        outcomes[i] = Some(Ok(reply));
+                    }
+                }
+                Err(e) => {
+                    for i in members {
+                        outcomes[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(Error::new(crate::ErrorKind::Server, "no reply"))))
+            .collect();
+        (outcomes, trips)
+    }
+
+    /// One server's batch: once more after a dropped connection.
+    fn send_batch(
+        &self,
+        shard: usize,
+        calls: &[&ScriptCall],
+        doing: Doing<'_>,
+        trips: &mut u64,
+    ) -> Result<Vec<redis::Value>> {
+        let mut once = || -> Result<Vec<redis::Value>> {
+            let mut conn = self.deployment.checkout(shard, doing)?;
+            *trips += 1;
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for call in calls {
+                pipe.invoke_script(&call.invocation);
+            }
+            let replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
+            if !replies.iter().any(is_noscript) {
+                return Ok(replies);
+            }
+            // Redis lost its scripts: load each missing one, and send the batch once more.
+            let mut loaded: Vec<&str> = Vec::new();
+            for (call, reply) in calls.iter().zip(&replies) {
+                let hash = call.script.get_hash();
+                if is_noscript(reply) && !loaded.contains(&hash) {
+                    *trips += 1;
+                    conn.call(doing, |c| call.script.load(c))?;
+                    loaded.push(hash);
+                }
+            }
+            *trips += 1;
+            conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))
+        };
+        match once() {
+            Err(e) if e.is_connection() && !e.is_checkout() => once(),
+            other => other,
+        }
+    }
+
+    /// A new subscriber connection for the channels of the lock routed by `route`.
+    pub(crate) fn subscriber_connection(
+        &self,
+        route: &str,
+    ) -> redis::RedisResult<redis::Connection> {
+        let shard = self.deployment.shard_of(route);
+        self.deployment.subscriber_connection(shard)
+    }
+
+    /// The server that holds the keys of `route`, as messages name it.
+    pub(crate) fn server(&self, route: &str) -> &Server {
+        self.deployment.server(self.deployment.shard_of(route))
+    }
+}
+
+fn is_noscript(reply: &redis::Value) -> bool {
+    matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
+}

@@ -1,0 +1,51 @@
+//! One standalone Redis server: every route is its one shard.
+
+use crate::connection::{Checkout, Deployment, Pool};
+use crate::error::{Doing, Result, Server};
+
+/// A standalone server: a pool of connections, and the subscriber's RESP3 client.
+pub(crate) struct Standalone {
+    pool: Pool,
+    subscriber: redis::Client,
+}
+
+impl Standalone {
+    /// `redis` makes the pool's connections and `subscriber` the subscriber's (RESP3); both
+    /// name the same server.
+    pub(crate) fn new(
+        redis: redis::Client,
+        subscriber: redis::Client,
+        server: Server,
+        pool_size: u32,
+    ) -> Self {
+        Standalone {
+            pool: Pool::new(redis, server, pool_size),
+            subscriber,
+        }
+    }
+}
+
+impl Deployment for Standalone {
+    #[inline]
+    fn shard_of(&self, _route: &str) -> usize {
+        0
+    }
+
+    #[inline]
+    fn checkout(&self, _shard: usize, doing: Doing<'_>) -> Result<Checkout<'_>> {
+        self.pool.get(doing)
+    }
+
+    fn subscriber_connection(&self, _shard: usize) -> redis::RedisResult<redis::Connection> {
+        let server = self.pool.server();
+        let conn = self
+            .subscriber
+            .get_connection_with_timeout(server.connect_timeout)?;
+        conn.set_write_timeout(Some(server.response_timeout))?;
+        Ok(conn)
+    }
+
+    fn server(&self, _shard: usize) -> &Server {
+        self.pool.server()
+    }
+}

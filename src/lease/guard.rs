@@ -1,0 +1,278 @@
+//! `LeaseGuard`: proof of holding a lock of any kind. It releases the lock when dropped, and
+//! answers everything about the held lease: its fencing token, whether it was lost, renewal
+//! aside extensions, poisoning. The public guards wrap it.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{millis, validate_lease};
+use crate::connection::ScriptCall;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::lease::cleanup::Cleanup;
+use crate::lease::context::LockContext;
+use crate::lease::hold::Hold;
+use crate::lease::poison::PoisonInfo;
+use crate::lease::reentrancy;
+use crate::lease::scripts;
+use crate::lease::state::{LeaseWatch, LostReason};
+use crate::stats::Counters;
+
+/// A held lock (see the public guards for what each method promises). Not `Send`: it belongs
+/// to the thread that locked.
+pub struct LeaseGuard {
+    ctx: Arc<LockContext>,
+    hold: Arc<Hold>,
+    released: bool,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl LeaseGuard {
+    pub(crate) fn new(ctx: Arc<LockContext>, hold: Arc<Hold>) -> Self {
+        LeaseGuard {
+            ctx,
+            hold,
+            released: false,
+            _not_send: PhantomData,
+        }
+    }
+
+    pub(crate) fn fencing_token(&self) -> u64 {
+        self.hold.fencing_token
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    pub(crate) fn fixed_lease(&self) -> Option<Duration> {
+        self.hold.fixed_lease
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.hold.lease.is_lost()
+    }
+
+    pub(crate) fn lease_watch(&self) -> LeaseWatch {
+        LeaseWatch::new(Arc::clone(&self.hold.lease))
+    }
+
+    pub(crate) fn verify(&self) -> Result<Duration> {
+        let keys = &self.hold.keys;
+        let ttl: i64 = self
+            .ctx
+            .call(&self.hold.lock_key, self.doing("verifying"), |c| {
+                scripts::CHECK
+                    .key(&keys.lock)
+                    .arg(&*self.hold.token)
+                    .invoke(c)
+            })?;
+        match u64::try_from(ttl) {
+            Ok(ms) => Ok(Duration::from_millis(ms)),
+            Err(_) => Err(self.lost(LostReason::Taken)),
+        }
+    }
+
+    pub(crate) fn extend(&self, additional: Duration) -> Result<()> {
+        self.change_lease(additional, "add")
+    }
+
+    pub(crate) fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.change_lease(remaining, "set")
+    }
+
+    fn change_lease(&self, by: Duration, how: &'static str) -> Result<()> {
+        validate_lease(by)?;
+        if let Some(reason) = self.hold.lease.lost_reason() {
+            return Err(self.lost(reason));
+        }
+        let keys = &self.hold.keys;
+        let sent_at = Instant::now();
+        let remaining: i64 = self.ctx.call(
+            &self.hold.lock_key,
+            self.doing("extending the lease of"),
+            |c| {
+                scripts::CHANGE_LEASE
+                    .key(&keys.lock)
+                    .arg(&*self.hold.token)
+                    .arg(millis(by))
+                    .arg(how)
+                    .invoke(c)
+            },
+        )?;
+        match u64::try_from(remaining) {
+            Ok(ms) => {
+                // Counted from the sending: the local view never outlives Redis's.
+                self.hold
+                    .lease
+                    .expires_at_set(sent_at + Duration::from_millis(ms));
+                Ok(())
+            }
+            Err(_) => Err(self.lost(LostReason::Taken)),
+        }
+    }
+
+    pub(crate) fn unlock(mut self) -> Result<()> {
+        self.release()
+    }
+
+    pub(crate) fn poison(&self) -> Result<Option<PoisonInfo>> {
+        let keys = &self.hold.keys;
+        let stored: Option<String> = self.ctx.call(
+            &self.hold.lock_key,
+            self.doing("reading the poison record of"),
+            |c| redis::cmd("GET").arg(&keys.poison).query(c),
+        )?;
+        Ok(stored.map(|s| PoisonInfo::decode(&s)))
+    }
+
+    pub(crate) fn clear_poison(&self) -> Result<bool> {
+        if let Some(reason) = self.hold.lease.lost_reason() {
+            return Err(self.lost(reason));
+        }
+        let keys = &self.hold.keys;
+        let removed: i64 = self.ctx.call(
+            &self.hold.lock_key,
+            self.doing("clearing the poison record of"),
+            |c| redis::cmd("DEL").arg(&keys.poison).query(c),
+        )?;
+        Ok(removed == 1)
+    }
+
+    #[cold]
+    fn mark_poisoned(&self) {
+        let keys = &self.hold.keys;
+        let record = PoisonInfo::here(&self.hold.token).encode();
+        let result = self.ctx.call(
+            &self.hold.lock_key,
+            self.doing("recording a panic on"),
+            |c| {
+                scripts::MARK_POISONED
+                    .key(&keys.lock)
+                    .key(&keys.poison)
+                    .arg(&*self.hold.token)
+                    .arg(&record)
+                    .invoke::<i64>(c)
+            },
+        );
+        match result {
+            Ok(_) => log::warn!(
+                "redmutex: a thread panicked while holding lock {:?}; it is released and \
+                 marked poisoned",
+                self.hold.name
+            ),
+            Err(e) => log::warn!(
+                "redmutex: a thread panicked while holding lock {:?}, and marking it \
+                 poisoned failed: {e}",
+                self.hold.name
+            ),
+        }
+    }
+
+    fn lost(&self, reason: LostReason) -> Error {
+        if self.hold.lease.mark_lost(reason.clone()) {
+            Counters::add(&self.ctx.counters.lost, 1);
+        }
+        Error::new(
+            ErrorKind::LockLost,
+            format!("lock {:?}: {}", self.hold.name, reason.describe()),
+        )
+    }
+
+    fn release(&mut self) -> Result<()> {
+        if self.released {
+            return Ok(());
+        }
+        self.released = true;
+        if !reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
+            return Ok(());
+        }
+        if std::thread::panicking() {
+            self.mark_poisoned();
+        }
+        if let Some(id) = self.hold.renewal_id {
+            self.ctx.renewal.cancel(id);
+        }
+        let result = self.release_in_redis();
+        self.hold.lease.mark_released();
+        result
+    }
+
+    fn release_in_redis(&self) -> Result<()> {
+        let lost_before = self.hold.lease.lost_reason();
+        let mut reply = self.send_release();
+        if let Err(first) = &reply {
+            if first.is_connection() && !first.is_checkout() {
+                reply = match self.send_release() {
+                    // The first one ran before its connection dropped.
+                    Ok(0) if lost_before.is_none() => Ok(1),
+                    Ok(n) => Ok(n),
+                    Err(_) => Err(first.clone()),
+                };
+            }
+        }
+        match reply {
+            Ok(1) => {
+                Counters::add(&self.ctx.counters.releases, 1);
+                Ok(())
+            }
+            Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
+            Err(e) => {
+                if e.outcome_unknown() {
+                    self.release_later();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn release_call(&self) -> ScriptCall {
+        self.hold
+            .protocol
+            .release(&self.hold.keys, &self.hold.token)
+    }
+
+    fn send_release(&self) -> Result<i64> {
+        self.ctx
+            .call_once(&self.hold.lock_key, self.doing("releasing"), |c| {
+                self.release_call().invoke(c)
+            })
+    }
+
+    #[cold]
+    fn release_later(&self) {
+        let give_up_at = self.hold.lease.expires_at() + self.ctx.config.response_timeout;
+        self.ctx.renewal.clean_up_later(
+            &self.hold.lock_key,
+            Cleanup {
+                name: Arc::clone(&self.hold.name),
+                call: self.release_call(),
+                give_up_at,
+            },
+        );
+    }
+
+    fn doing(&self, action: &'static str) -> Doing<'_> {
+        Doing::lock(action, &self.hold.name)
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            log::warn!("redmutex: releasing lock {:?} failed: {e}", self.hold.name);
+        }
+    }
+}
+
+impl fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.hold.fencing_token)
+            .field("fixed_lease", &self.hold.fixed_lease)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,8 @@
+-- Shared helper: tells an error of `redis.pcall` that means "this key is not what a lock
+-- keeps" (a key of the wrong type, a counter that is not an integer) from any other (`OOM`,
+-- a command or key an ACL refuses, ...), which a script must pass on as Redis said it rather
+-- than call it a wrong type.
+local function is_type_error(reply)
+  local err = reply['err'] or ''
+  return string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) ~= nil
+end

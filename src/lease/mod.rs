@@ -1,0 +1,23 @@
+//! The shared lease machinery, written once for every kind of lock: what a held lease is
+//! (hold, state and watch, guard), re-entry, renewal and heartbeats, clean-ups of unknown
+//! outcomes, poisoning, and the acquire logic of `RawLock`. A kind of lock brings only its
+//! `Protocol` (the primitive seam).
+
+mod cleanup;
+mod context;
+mod guard;
+mod hold;
+mod poison;
+mod protocol;
+mod raw_lock;
+mod reentrancy;
+mod renewal;
+pub(crate) mod scripts;
+mod state;
+
+pub(crate) use context::LockContext;
+pub(crate) use guard::LeaseGuard;
+pub use poison::PoisonInfo;
+pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle};
+pub(crate) use raw_lock::RawLock;
+pub use state::LeaseWatch;

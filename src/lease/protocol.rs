@@ -1,0 +1,100 @@
+//! The primitive seam: what a kind of lock brings, and all it brings — its scripts, how its
+//! waiters wait and are woken. Everything else (re-entry, guards, renewal, lost-lease signals,
+//! waiting, clean-ups of unknown outcomes, poisoning, stats) is written once, in this layer
+//! and the waiting layer, for every protocol.
+//!
+//! Every script call a protocol makes is checked against the holder's token and is safe to
+//! run twice, and every key it names shares the hash tag of the lock's name (`LockKeys`), so
+//! that the call runs on the one server that owns the lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::keys::LockKeys;
+use crate::lease::scripts;
+
+/// How the waiters of a lock wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitStyle {
+    /// Of the threads of one client, one contends in Redis at a time; a release announces
+    /// itself on the lock's channel to whoever listens (`waiting::contend`).
+    Contend,
+    /// Every waiting thread holds its own place in a queue in Redis, kept alive by the
+    /// renewal thread's heartbeat, and a release wakes the next waiter by its token
+    /// (`waiting::queue`).
+    Queue,
+}
+
+/// One acquire attempt, as a protocol's acquire script takes it.
+pub(crate) struct AcquireCall<'a> {
+    pub(crate) keys: &'a LockKeys,
+    /// The holder's token: one per acquire call, for all its attempts.
+    pub(crate) token: &'a str,
+    pub(crate) lease: Duration,
+    /// Queue style: join the queue (or keep one's place) when the lock is not ours yet.
+    pub(crate) queue: bool,
+    /// Queue style: how long a waiter counts as alive after its last heartbeat.
+    pub(crate) waiter_timeout: Duration,
+}
+
+impl AcquireCall<'_> {
+    pub(crate) fn lease_ms(&self) -> u64 {
+        millis(self.lease)
+    }
+}
+
+/// A kind of lock, as the shared machinery sees it. Implementations are stateless `static`s.
+pub(crate) trait Protocol: Send + Sync + 'static {
+    /// The name of the handle type, for `Debug` output.
+    fn kind(&self) -> &'static str;
+
+    /// How waiters wait.
+    fn wait_style(&self) -> WaitStyle;
+
+    /// One acquire attempt. Reply: `{1, fencing token}` when taken — also when the lock
+    /// holds `call.token` already (the same attempt sent again after its reply was lost) —
+    /// or `{0, milliseconds}` when not, the longest a waiter should wait before trying again.
+    /// A key of the wrong type is a `WRONGTYPE` error, and changes nothing.
+    fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall;
+
+    /// Releases the lock if it holds `token`, and wakes whom the release concerns.
+    /// Reply: 1 when released, 0 when the lock did not hold the token.
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall;
+
+    /// Releases the lock whoever holds it, and wakes whom the release concerns.
+    /// Reply: 1 when a lock was there, 0 when not.
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall;
+
+    /// Removes all that an acquire with `token` may have left — its hold, its place in a
+    /// queue — after its reply was lost or its waiter gave up. Reply: 1 when something was
+    /// removed. Defaults to [`release`](Self::release).
+    fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        self.release(keys, token)
+    }
+
+    /// The channel on which this client's waiters learn that they may try again.
+    fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str>;
+
+    /// Queue style: keeps the places of `tokens` (waiters of one client) alive for
+    /// `waiter_timeout`. Reply: the tokens no longer queued. `None` for contending locks.
+    fn heartbeat(
+        &self,
+        _keys: &LockKeys,
+        _tokens: &[&str],
+        _waiter_timeout: Duration,
+    ) -> Option<ScriptCall> {
+        None
+    }
+
+    /// Renews the hold of `token` to at least `lease` (never lowers it, never re-creates it).
+    /// Reply: 1 while the lock holds the token, else 0, never an error. Defaults to the
+    /// shared `renew.lua`, for locks whose main key holds the holder's token.
+    fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
+        ScriptCall::new(&scripts::RENEW)
+            .key(&keys.lock)
+            .arg(token)
+            .arg(millis(lease))
+    }
+}

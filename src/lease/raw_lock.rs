@@ -1,0 +1,422 @@
+//! `RawLock`: one named lock of one protocol, and everything about taking it that every kind
+//! of lock shares — re-entry, the attempt and its round trip, unknown outcomes, replica
+//! acknowledgement, renewal registration, and the choice of waiting loop.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::validate_lease;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::cleanup::Cleanup;
+use crate::lease::context::LockContext;
+use crate::lease::guard::LeaseGuard;
+use crate::lease::hold::Hold;
+use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle};
+use crate::lease::reentrancy;
+use crate::lease::renewal::Registration;
+use crate::lease::state::LeaseState;
+use crate::stats::Counters;
+use crate::waiting::{self, Attempt, Subscription};
+
+/// A named lock of one protocol, made from one client. Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct RawLock {
+    pub(crate) ctx: Arc<LockContext>,
+    protocol: &'static dyn Protocol,
+    name: Arc<str>,
+    /// The keys, or why the name is invalid (reported by every operation).
+    keys: std::result::Result<Arc<LockKeys>, Error>,
+    /// The lock's main key: its place in the re-entry map and its route.
+    lock_key: Arc<str>,
+    fixed_lease: Option<Duration>,
+}
+
+impl RawLock {
+    pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
+        let keys = LockKeys::new(&ctx.config.key_prefix, name).map(Arc::new);
+        let lock_key: Arc<str> = match &keys {
+            Ok(k) => Arc::from(k.lock.as_str()),
+            Err(_) => Arc::from(""),
+        };
+        RawLock {
+            ctx,
+            protocol,
+            name: Arc::from(name),
+            keys,
+            lock_key,
+            fixed_lease: None,
+        }
+    }
+
+    /// This lock with a fixed lease (no renewal); checked by the first operation.
+    pub(crate) fn with_lease(mut self, lease: Duration) -> Self {
+        self.fixed_lease = Some(lease);
+        self
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn fixed_lease(&self) -> Option<Duration> {
+        self.fixed_lease
+    }
+
+    pub(crate) fn kind(&self) -> &'static str {
+        self.protocol.kind()
+    }
+
+    fn keys(&self) -> Result<&Arc<LockKeys>> {
+        self.keys.as_ref().map_err(Clone::clone)
+    }
+
+    fn lease(&self) -> Result<Duration> {
+        match self.fixed_lease {
+            Some(lease) => validate_lease(lease).map(|()| lease),
+            None => Ok(self.ctx.renewal.lease()),
+        }
+    }
+
+    fn doing(&self, action: &'static str) -> Doing<'_> {
+        Doing::lock(action, &self.name)
+    }
+
+    /// Whether anyone holds the lock now. One round trip.
+    pub(crate) fn is_locked(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        self.ctx.ensure_open()?;
+        self.ctx.call(&keys.lock, self.doing("checking"), |c| {
+            redis::cmd("EXISTS").arg(&keys.lock).query::<bool>(c)
+        })
+    }
+
+    /// How many guards of this lock the calling thread holds now. Local.
+    pub(crate) fn hold_count(&self) -> usize {
+        if self.keys.is_err() {
+            return 0;
+        }
+        reentrancy::count(self.ctx.id, &self.lock_key)
+    }
+
+    /// Releases the lock whoever holds it. Returns whether a lock was there.
+    pub(crate) fn force_unlock(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        self.ctx.ensure_open()?;
+        let deleted: i64 = self
+            .ctx
+            .call(&keys.lock, self.doing("force-unlocking"), |c| {
+                self.protocol.force_release(keys).invoke(c)
+            })?;
+        Ok(deleted == 1)
+    }
+
+    /// Re-entry, else one attempt, else the protocol's waiting loop until `deadline` (`None`:
+    /// forever; a deadline that has passed: one attempt).
+    #[inline]
+    pub(crate) fn acquire(&self, deadline: Option<Instant>) -> Result<Option<LeaseGuard>> {
+        let keys = self.keys()?;
+        let lease = self.lease()?;
+        if let Some(guard) = self.reenter()? {
+            return Ok(Some(guard));
+        }
+        let may_wait = deadline.is_none_or(|d| d > Instant::now());
+        let token: Arc<str> = Arc::from(self.ctx.tokens.next());
+        match self.protocol.wait_style() {
+            WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
+            WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
+        }
+    }
+
+    fn reenter(&self) -> Result<Option<LeaseGuard>> {
+        let Some(hold) = reentrancy::reenter(self.ctx.id, &self.lock_key) else {
+            return Ok(None);
+        };
+        if let Some(reason) = hold.lease.lost_reason() {
+            reentrancy::exit(self.ctx.id, &self.lock_key);
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!(
+                    "cannot re-enter lock {:?}: {}",
+                    self.name,
+                    reason.describe()
+                ),
+            ));
+        }
+        Counters::add(&self.ctx.counters.reentries, 1);
+        Ok(Some(LeaseGuard::new(Arc::clone(&self.ctx), hold)))
+    }
+
+    /// Contending: a blocking acquire queues behind this client's other waiters for the lock
+    /// instead of trying first (they found it held, and one of them contends in Redis
+    /// already); when this client listens to the lock's announcements already, joining in
+    /// before the attempt lets a failed attempt go straight to waiting.
+    fn acquire_contending(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        may_wait: bool,
+        token: &str,
+    ) -> Result<Option<LeaseGuard>> {
+        let ctx = &self.ctx;
+        let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
+        let attempt = || self.attempt(keys, lease, token, false);
+        if may_wait && ctx.gates.has_waiters(&self.lock_key) {
+            return waiting::contend(
+                ctx.waiting(),
+                &self.lock_key,
+                &channel,
+                deadline,
+                None,
+                attempt,
+            );
+        }
+        let early = match may_wait {
+            true => ctx.subscriber.subscribe_if_live(&channel, None),
+            false => None,
+        };
+        let seen = early.as_ref().map_or(0, Subscription::seen);
+        match attempt()? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held(_) if !may_wait => {
+                ctx.counters.gave_up_at_once();
+                Ok(None)
+            }
+            Attempt::Held(remaining) => {
+                let early = early.map(|sub| (sub, seen, remaining));
+                waiting::contend(
+                    ctx.waiting(),
+                    &self.lock_key,
+                    &channel,
+                    deadline,
+                    early,
+                    attempt,
+                )
+            }
+        }
+    }
+
+    /// Queued: one try without queueing, then (when the caller may wait) the queue, with one
+    /// token for the whole wait. When this client listens on its wake channel of the lock
+    /// already, the first attempt queues at once.
+    fn acquire_queued(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        may_wait: bool,
+        token: Arc<str>,
+    ) -> Result<Option<LeaseGuard>> {
+        let ctx = &self.ctx;
+        let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
+        if may_wait {
+            if let Some(sub) = ctx
+                .subscriber
+                .subscribe_if_live(&channel, Some(Arc::clone(&token)))
+            {
+                return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
+            }
+        }
+        match self.attempt(keys, lease, &token, false)? {
+            Attempt::Acquired(guard) => Ok(Some(guard)),
+            Attempt::Held(_) if !may_wait => {
+                ctx.counters.gave_up_at_once();
+                Ok(None)
+            }
+            Attempt::Held(_) => {
+                let sub = ctx.subscriber.subscribe(&channel, Some(Arc::clone(&token)));
+                self.wait_in_queue(keys, lease, deadline, &token, sub, true)
+            }
+        }
+    }
+
+    #[cold]
+    fn wait_in_queue(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        token: &Arc<str>,
+        subscription: Option<Subscription>,
+        confirm: bool,
+    ) -> Result<Option<LeaseGuard>> {
+        let ctx = &self.ctx;
+        let dropped = Arc::new(AtomicBool::new(false));
+        let heartbeat = ctx.renewal.register(Registration::Waiter {
+            protocol: self.protocol,
+            keys: Arc::clone(keys),
+            token: Arc::clone(token),
+            dropped: Arc::clone(&dropped),
+        })?;
+        let result = waiting::queue(
+            ctx.waiting(),
+            &self.lock_key,
+            subscription,
+            confirm,
+            deadline,
+            &dropped,
+            || self.attempt(keys, lease, token, true),
+            || self.leave(keys, token),
+        );
+        ctx.renewal.cancel(heartbeat);
+        result
+    }
+
+    /// Leaves the queue: one try now, then the renewal thread's clean-up (a waiter that
+    /// cannot leave at all is dropped when its heartbeat stops).
+    fn leave(&self, keys: &LockKeys, token: &str) {
+        let result = self
+            .ctx
+            .call_once(&keys.lock, self.doing("leaving the queue of"), |c| {
+                self.protocol.abandon(keys, token).invoke::<i64>(c)
+            });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}; retrying in the background");
+            self.clean_up_later(keys, token, Instant::now() + self.ctx.renewal.lease());
+        }
+    }
+
+    /// One acquire round trip of the protocol's script with `token`; then the replica
+    /// acknowledgement, when asked for. On success the lease is registered for renewal (when
+    /// it is not fixed) before the guard is returned.
+    ///
+    /// When the connection dropped under it (a Redis restart, a killed connection), the same
+    /// call is sent once more on a fresh connection: an acquire script that finds its own
+    /// token treats the lock as taken, so this is safe. Any other unknown outcome (a time-out)
+    /// is reported at once, and the token-checked clean-up goes to the renewal thread.
+    fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        token: &str,
+        queue: bool,
+    ) -> Result<Attempt<LeaseGuard>> {
+        let ctx = &self.ctx;
+        ctx.ensure_open()?;
+        let doing = self.doing("acquiring");
+        let call = self.protocol.acquire(&AcquireCall {
+            keys,
+            token,
+            lease,
+            queue,
+            waiter_timeout: ctx.renewal.lease(),
+        });
+        let mut resent = false;
+        loop {
+            let sent_at = Instant::now();
+            let reply = ctx.call_once(&keys.lock, doing, |c| {
+                Counters::add(&ctx.counters.attempts, 1);
+                let (taken, value): (i64, i64) = call.invoke(c)?;
+                let acks = match taken {
+                    1 => ctx.replica_acks(c)?,
+                    _ => None,
+                };
+                Ok((taken, value, acks))
+            });
+            return match reply {
+                Ok((1, _, Some(acks))) if ctx.too_few_acks(acks) => {
+                    self.roll_back(keys, token, sent_at + lease);
+                    Err(ctx.not_replicated(acks))
+                }
+                Ok((1, fencing_token, _)) => {
+                    let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
+                    self.acquired(keys, lease, token, fencing_token, sent_at)
+                        .map(Attempt::Acquired)
+                }
+                Ok((0, wait_ms, _)) => Ok(Attempt::Held(Duration::from_millis(
+                    u64::try_from(wait_ms).unwrap_or(0),
+                ))),
+                Ok(other) => Err(Error::new(
+                    ErrorKind::Server,
+                    format!("{doing}: unexpected reply {other:?} from the script"),
+                )),
+                Err(err) if err.outcome_unknown() => {
+                    if err.is_connection() && !resent {
+                        resent = true;
+                        continue;
+                    }
+                    // The lock may be ours without our knowing: have it removed, off this path.
+                    self.clean_up_later(keys, token, sent_at + lease);
+                    Err(err)
+                }
+                Err(err) => Err(err),
+            };
+        }
+    }
+
+    fn acquired(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        token: &str,
+        fencing_token: u64,
+        sent_at: Instant,
+    ) -> Result<LeaseGuard> {
+        let ctx = &self.ctx;
+        let token: Arc<str> = Arc::from(token);
+        let lease_state = LeaseState::new(sent_at + lease);
+        let renewal_id = match self.fixed_lease {
+            Some(_) => None,
+            None => {
+                let registration = Registration::Lease {
+                    protocol: self.protocol,
+                    keys: Arc::clone(keys),
+                    token: Arc::clone(&token),
+                    state: Arc::clone(&lease_state),
+                };
+                match ctx.renewal.register(registration) {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        self.roll_back(keys, &token, sent_at + lease);
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Counters::add(&ctx.counters.acquisitions, 1);
+        let hold = Arc::new(Hold {
+            protocol: self.protocol,
+            keys: Arc::clone(keys),
+            name: Arc::clone(&self.name),
+            lock_key: Arc::clone(&self.lock_key),
+            token,
+            fencing_token,
+            fixed_lease: self.fixed_lease,
+            renewal_id,
+            lease: lease_state,
+        });
+        reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
+        Ok(LeaseGuard::new(Arc::clone(ctx), hold))
+    }
+
+    /// Gives back a lock that was taken but cannot be kept (too few replica acknowledgements,
+    /// no renewal thread): one try now, then the renewal thread's clean-up.
+    #[cold]
+    fn roll_back(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
+        let result = self
+            .ctx
+            .call_once(&keys.lock, self.doing("rolling back"), |c| {
+                self.protocol.abandon(keys, token).invoke::<i64>(c)
+            });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}; retrying in the background");
+            self.clean_up_later(keys, token, give_up_at);
+        }
+    }
+
+    /// Has the renewal thread remove what an acquire with `token` may have left, until Redis
+    /// answers or `give_up_at`, when the lease it asked for has passed.
+    #[cold]
+    fn clean_up_later(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
+        self.ctx.renewal.clean_up_later(
+            &self.lock_key,
+            Cleanup {
+                name: Arc::clone(&self.name),
+                call: self.protocol.abandon(keys, token),
+                give_up_at: give_up_at + self.ctx.config.response_timeout,
+            },
+        );
+    }
+}

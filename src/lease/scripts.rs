@@ -1,0 +1,53 @@
+//! The Lua scripts every lock shares, and the helpers the primitives' scripts are made of.
+//!
+//! Each script is a `.lua` file in `lua/` beside this file (a primitive's own scripts sit
+//! beside that primitive), with its KEYS / ARGV / reply contract in its header comment. They
+//! run by `EVALSHA` (one round trip); `redis::Script` loads one and retries when the server
+//! answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `is_type_error(reply)`: whether an error of `redis.pcall` means a key of the wrong type.
+pub(crate) const ERRORS: &str = include_str!("lua/errors.lua");
+
+/// `next_fence(lock, counter)`: the next fencing token of a lock just taken (needs `ERRORS`).
+pub(crate) const FENCE: &str = include_str!("lua/fence.lua");
+
+/// A script made of helpers and a body, in that order.
+pub(crate) fn compose(parts: &[&str]) -> Script {
+    Script::new(&parts.concat())
+}
+
+/// A script whose body may call `is_type_error` and `next_fence`.
+pub(crate) fn with_fence(body: &str) -> Script {
+    compose(&[ERRORS, FENCE, body])
+}
+
+/// Renews a lease to at least the lease given: see `lua/renew.lua`.
+pub(crate) static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
+
+/// Adds to or replaces a lease: see `lua/change_lease.lua`.
+pub(crate) static CHANGE_LEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/change_lease.lua")));
+
+/// Whether the lock still holds a token, and for how long: see `lua/check.lua`.
+pub(crate) static CHECK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/check.lua")));
+
+/// Leaves the record of a panicking holder: see `lua/mark_poisoned.lua`.
+pub(crate) static MARK_POISONED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/mark_poisoned.lua")));
+
+/// Every script of this module, by name, for the test that loads them all into Redis.
+#[cfg(test)]
+pub(crate) fn all() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("renew", &*RENEW),
+        ("change_lease", &*CHANGE_LEASE),
+        ("check", &*CHECK),
+        ("mark_poisoned", &*MARK_POISONED),
+    ]
+}

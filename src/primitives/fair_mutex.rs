@@ -1,0 +1,285 @@
+//! `FairMutex`: a lock granted in the order it was asked for, across all processes; and its
+//! protocol: a queue of waiters in Redis, kept in the server's clock, and releases that wake
+//! the next waiter only.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::scripts::{compose, with_fence, ERRORS};
+use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
+use crate::primitives::MutexGuard;
+
+/// A lock granted in the order it was asked for (FIFO), across every thread of every process.
+///
+/// Get one with [`Client::fair_mutex`](crate::Client::fair_mutex). It has the API of
+/// [`Mutex`](crate::Mutex) — blocking and timed acquires, guards that release on drop, re-entry on the same
+/// thread, renewal, fencing tokens — and the same [`MutexGuard`].
+///
+/// # Fairness
+///
+/// A thread that finds the lock held joins a queue kept in Redis and gets the lock when every
+/// waiter ahead of it has had it or has left. A release wakes only the next waiter (on a
+/// channel of its client, with its own token as the message), not everyone.
+///
+/// - [`try_lock`](FairMutex::try_lock) never queues: it takes the lock only when it is free
+///   and nobody waits.
+/// - A [`try_lock_for`](FairMutex::try_lock_for) that times out leaves the queue at once.
+/// - Waiting costs Redis almost nothing: the client's renewal thread sends the heartbeats of
+///   all its waiters of one lock in one call, and of those waiting threads only one re-checks
+///   the lock now and then; the others wait for their own announcement.
+/// - A waiter keeps its place alive with that heartbeat.
+///   A waiter whose process died stops sending it and is skipped at most one
+///   [default lease](crate::Builder::default_lease) after its last heartbeat (30 s by
+///   default). The waiter deadlines are kept in the Redis server's clock, never computed
+///   from a client's, so clocks that disagree cannot wedge the queue.
+/// - When the last holder and waiter are gone, no key of the lock is left in Redis: the
+///   fencing counter goes too, and starts again from the server's clock (in microseconds)
+///   at the next acquire, so fencing tokens still increase as long as that clock does not
+///   go back.
+///
+/// Do not use the same name as a `FairMutex` and as a [`Mutex`](crate::Mutex): both exclude each other,
+/// but a plain `Mutex` ignores the queue.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let printer = client.fair_mutex("printer");
+/// let guard = printer.lock()?; // waits its turn behind earlier callers
+/// println!("printing with fencing token {}", guard.fencing_token());
+/// drop(guard); // the next waiter in line is woken
+///
+/// if let Some(_guard) = printer.try_lock_for(Duration::from_secs(1))? {
+///     // ...
+/// } // timed out: left the queue at once
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct FairMutex {
+    raw: RawLock,
+}
+
+impl FairMutex {
+    pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
+        FairMutex {
+            raw: RawLock::new(ctx, &PROTOCOL, name),
+        }
+    }
+
+    /// This handle, taking the lock for a fixed `lease` with no renewal; see
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
+    pub fn with_lease(self, lease: Duration) -> Self {
+        FairMutex {
+            raw: self.raw.with_lease(lease),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.raw.name()
+    }
+
+    /// The fixed lease of this handle, or `None` when the renewal thread keeps it alive.
+    pub fn fixed_lease(&self) -> Option<Duration> {
+        self.raw.fixed_lease()
+    }
+
+    /// Blocks until it is this thread's turn and returns the guard; re-enters at once when
+    /// the thread holds the lock already.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::lock`](crate::Mutex::lock).
+    pub fn lock(&self) -> Result<MutexGuard> {
+        self.raw
+            .acquire(None)?
+            .map(MutexGuard::new)
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
+    }
+
+    /// Takes the lock if it is free and nobody waits for it; never queues.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::lock`](crate::Mutex::lock); "held or others waiting" is `Ok(None)`.
+    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
+        Ok(self.raw.acquire(Some(Instant::now()))?.map(MutexGuard::new))
+    }
+
+    /// Queues for the lock for up to `timeout`. `Ok(None)` when it was not acquired in time;
+    /// the waiter has then left the queue.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::lock`](crate::Mutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
+        // A timeout too large for the clock waits without a deadline.
+        let deadline = Instant::now().checked_add(timeout);
+        Ok(self.raw.acquire(deadline)?.map(MutexGuard::new))
+    }
+
+    /// Queues for the lock until `deadline`. `Ok(None)` when it was not acquired in time; the
+    /// waiter has then left the queue.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::lock`](crate::Mutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
+        Ok(self.raw.acquire(Some(deadline))?.map(MutexGuard::new))
+    }
+
+    /// Whether anyone holds the lock now. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::is_locked`](crate::Mutex::is_locked).
+    pub fn is_locked(&self) -> Result<bool> {
+        self.raw.is_locked()
+    }
+
+    /// Whether the calling thread holds the lock through this client. No round trip.
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.raw.hold_count() > 0
+    }
+
+    /// How many guards of this lock the calling thread holds now. No round trip.
+    pub fn hold_count(&self) -> usize {
+        self.raw.hold_count()
+    }
+
+    /// Deletes the lock whoever holds it and wakes the next waiter; see
+    /// [`Mutex::force_unlock`](crate::Mutex::force_unlock) (and its warning).
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::force_unlock`](crate::Mutex::force_unlock).
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.raw.force_unlock()
+    }
+}
+
+impl fmt::Debug for FairMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(self.raw.kind())
+            .field("name", &self.raw.name())
+            .field("fixed_lease", &self.raw.fixed_lease())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fair lock's protocol.
+struct FairProtocol;
+
+static PROTOCOL: FairProtocol = FairProtocol;
+
+/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua`.
+const QUEUE: &str = include_str!("fair_mutex/queue.lua");
+
+/// Takes the lock when it is our turn, else queues: see `fair_mutex/acquire.lua`.
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| with_fence(&[QUEUE, include_str!("fair_mutex/acquire.lua")].concat()));
+
+/// Releases (or forcibly releases) and wakes the next waiter: see `fair_mutex/release.lua`.
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/release.lua")]));
+
+/// Leaves the queue and the lock for good: see `fair_mutex/leave.lua`.
+static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/leave.lua")]));
+
+/// Keeps the places of one client's waiters alive: see `fair_mutex/heartbeat.lua`.
+static HEARTBEAT: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/heartbeat.lua")]));
+
+impl FairProtocol {
+    fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
+        ScriptCall::new(&RELEASE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(token)
+            .arg(&keys.waiter_channel_prefix)
+            .arg(if force { "force" } else { "release" })
+    }
+}
+
+impl Protocol for FairProtocol {
+    fn kind(&self) -> &'static str {
+        "FairMutex"
+    }
+
+    fn wait_style(&self) -> WaitStyle {
+        WaitStyle::Queue
+    }
+
+    fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
+        let keys = call.keys;
+        ScriptCall::new(&ACQUIRE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(call.token)
+            .arg(call.lease_ms())
+            .arg(millis(call.waiter_timeout))
+            .arg(if call.queue { "wait" } else { "try" })
+            .arg(&keys.waiter_channel_prefix)
+    }
+
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        FairProtocol::release_call(keys, token, false)
+    }
+
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall {
+        FairProtocol::release_call(keys, "", true)
+    }
+
+    fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        ScriptCall::new(&LEAVE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(token)
+            .arg(&keys.waiter_channel_prefix)
+    }
+
+    fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {
+        keys.waiter_channel(client_id)
+    }
+
+    fn heartbeat(
+        &self,
+        keys: &LockKeys,
+        tokens: &[&str],
+        waiter_timeout: Duration,
+    ) -> Option<ScriptCall> {
+        let call = ScriptCall::new(&HEARTBEAT)
+            .key(&keys.queue)
+            .key(&keys.timeouts)
+            .arg(millis(waiter_timeout));
+        Some(call.arg(tokens))
+    }
+}
+
+/// The scripts of this protocol, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("fair_mutex/acquire", &*ACQUIRE),
+        ("fair_mutex/release", &*RELEASE),
+        ("fair_mutex/leave", &*LEAVE),
+        ("fair_mutex/heartbeat", &*HEARTBEAT),
+    ]
+}

@@ -1,0 +1,63 @@
+-- Take a fair lock when it is free and it is our turn (the queue is empty or we are its live
+-- head); else, in `wait` mode, join the queue (or keep our place) until told.
+--
+-- KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
+-- ARGV[1]: token (also the waiter's id); ARGV[2]: lease ms; ARGV[3]: waiter timeout ms;
+-- ARGV[4]: `wait` to queue, `try` not to; ARGV[5]: the waiter channel prefix.
+-- Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the same
+-- attempt sent again after its reply was lost); `{0, ms}` when not, where `ms` is how long the
+-- caller may wait before checking again (the lock's remaining lease, or the time until the
+-- waiter ahead counts as dead). When the lock is free and another live waiter is next, that
+-- waiter is told again.
+-- Errors with `WRONGTYPE` when a key holds the wrong type (nothing is changed).
+-- Needs errors.lua, fence.lua and queue.lua.
+local holder, refused = holder_of(KEYS[1])
+if refused then return refused end
+if holder == ARGV[1] then
+  -- Sent again after its reply was lost, and the first one took it: it is ours.
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local fence = next_fence(KEYS[1], KEYS[2])
+  if not fence then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  return {1, fence}
+end
+local now = now_ms()
+local head, head_expiry = live_head(KEYS[3], KEYS[4], now)
+if not holder and (not head or head == ARGV[1]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  local fence = next_fence(KEYS[1], KEYS[2])
+  if not fence then
+    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
+  end
+  if redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('DEL', KEYS[3], KEYS[4])
+  end
+  return {1, fence}
+end
+local wait = 0
+if holder then
+  wait = redis.call('PTTL', KEYS[1])
+  if wait < 0 then
+    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' has no expiry; it is not a lock')
+  end
+elseif head then
+  wait = math.max(head_expiry - now, 1)
+  -- The lock is free and another live waiter is next: tell it (again), in case a dead one
+  -- was just dropped from ahead of it or its announcement went astray.
+  wake(ARGV[5], head)
+end
+if ARGV[4] == 'wait' then
+  local ttl = tonumber(ARGV[3])
+  if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+    redis.call('RPUSH', KEYS[3], ARGV[1])
+  end
+  redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[3], ttl)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+end
+return {0, wait}

@@ -1,0 +1,48 @@
+-- Shared helpers of the fair lock's scripts. Besides the lock and the fencing counter, a fair
+-- lock keeps `P:{N}:queue`, a list of waiter tokens in arrival order, and `P:{N}:timeouts`, a
+-- sorted set of the same tokens scored by when each waiter counts as dead (server time in
+-- ms). Every deadline is computed from the server's clock (`TIME`) inside the script, never
+-- from a client's. A waiter's channel is `P:{N}:ch:<client id>`, and the message is its
+-- token, so that a release wakes the next waiter only. Needs errors.lua.
+-- The token in the lock key (false when free), or nil and the error to reply with when the
+-- key holds another type or the GET was refused.
+local function holder_of(lock)
+  local holder = redis.pcall('GET', lock)
+  if type(holder) == 'table' and holder['err'] then
+    if is_type_error(holder) then
+      return nil, redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
+    end
+    return nil, holder
+  end
+  return holder
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Drops dead waiters from the head of the queue; returns the live head (or nil).
+local function live_head(queue, timeouts, now)
+  local head = redis.call('LINDEX', queue, 0)
+  while head do
+    local expiry = redis.call('ZSCORE', timeouts, head)
+    if expiry and tonumber(expiry) > now then
+      return head, tonumber(expiry)
+    end
+    redis.call('LPOP', queue)
+    redis.call('ZREM', timeouts, head)
+    head = redis.call('LINDEX', queue, 0)
+  end
+  return nil
+end
+local function wake(prefix, head)
+  redis.call('PUBLISH', prefix .. string.match(head, '^[^:]+'), head)
+end
+-- The lock is free: wake the next live waiter, or remove every key when nobody is left.
+local function hand_on(queue, timeouts, fence, prefix)
+  local head = live_head(queue, timeouts, now_ms())
+  if head then
+    wake(prefix, head)
+  elseif redis.call('LLEN', queue) == 0 then
+    redis.call('DEL', queue, timeouts, fence)
+  end
+end

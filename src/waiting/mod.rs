@@ -1,0 +1,171 @@
+//! Waiting for a lock without polling Redis: the per-client gate, the subscriber thread, the
+//! pause between attempts and its backoff, and the two waiting loops every lock uses.
+//!
+//! A loop knows nothing of the lock it waits for: it gets an `attempt` to call, the channel
+//! on which the lock's releases are announced, and the style of waiting.
+//! - [`contend`]: of the threads of one client waiting for one lock, one at a time (the gate's
+//!   leader) attempts in Redis; the others wait in the process.
+//! - [`queue`]: every waiting thread holds its own place in a queue kept in Redis, and is
+//!   told when its turn comes; one of them (the re-checker) also re-checks now and then.
+//!
+//! Both subscribe (and wait for Redis to confirm) before an attempt, take the wake-up count
+//! before it and wait after it, so that no announcement between the two is missed.
+
+mod backoff;
+mod gate;
+mod pause;
+mod subscriber;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::stats::Counters;
+
+pub(crate) use gate::Gates;
+pub(crate) use pause::Pause;
+pub(crate) use subscriber::{Subscriber, Subscription};
+
+/// What one acquire attempt found.
+pub(crate) enum Attempt<W> {
+    /// Taken: what the attempt won (a guard).
+    Acquired(W),
+    /// Held by someone else (or not our turn) for at most this long.
+    Held(Duration),
+}
+
+/// What the waiting loops use of a client.
+#[derive(Clone, Copy)]
+pub(crate) struct Waiting<'a> {
+    pub(crate) config: &'a Config,
+    pub(crate) counters: &'a Counters,
+    pub(crate) subscriber: &'a Subscriber,
+    /// Of the contending threads of one lock, the one that attempts.
+    pub(crate) gates: &'a Gates,
+    /// Of the queued threads of one lock, the one that re-checks.
+    pub(crate) rechecks: &'a Gates,
+}
+
+impl Waiting<'_> {
+    /// Waits up to the response timeout (and never past `deadline`) for Redis to confirm the
+    /// subscription of `pause`.
+    fn confirm(&self, pause: &Pause, deadline: Option<Instant>) {
+        let confirm_by = Instant::now() + self.config.response_timeout;
+        pause.confirm(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
+    }
+}
+
+/// Waits in this client's gate for `lock_key` until this thread is the one that contends in
+/// Redis; then listens on `channel` and, in this order so that no announcement is missed,
+/// attempts, and waits for an announcement or a re-check or backoff delay (never longer than
+/// the lock's remaining lease nor past `deadline`), until acquired.
+///
+/// `early` is a subscription that was live before a failed first attempt, with its wake-up
+/// count and the lock's remaining lease from then: it saves an attempt here.
+#[cold]
+pub(crate) fn contend<W>(
+    w: Waiting<'_>,
+    lock_key: &Arc<str>,
+    channel: &Arc<str>,
+    deadline: Option<Instant>,
+    early: Option<(Subscription, u64, Duration)>,
+    mut attempt: impl FnMut() -> Result<Attempt<W>>,
+) -> Result<Option<W>> {
+    let wait = w.counters.contended_wait();
+    let Some(pass) = w.gates.lead(lock_key, deadline) else {
+        return wait.finish(Ok(None));
+    };
+    let (subscription, mut skip_attempt) = match early {
+        // Nobody led meanwhile: the failed attempt still stands.
+        Some((sub, seen, ttl)) if !pass.waited => (Some(sub), Some((seen, ttl))),
+        _ => (w.subscriber.subscribe(channel, None), None),
+    };
+    let mut pause = Pause::new(subscription, w.config);
+    if skip_attempt.is_none() {
+        w.confirm(&pause, deadline);
+    }
+    loop {
+        let (seen, remaining) = match skip_attempt.take() {
+            Some(earlier) => earlier,
+            None => {
+                let seen = pause.seen();
+                match attempt() {
+                    Ok(Attempt::Acquired(won)) => return wait.finish(Ok(Some(won))),
+                    Ok(Attempt::Held(remaining)) => (seen, remaining),
+                    Err(e) => return wait.finish(Err(e)),
+                }
+            }
+        };
+        if !pause.wait(seen, remaining, deadline) {
+            return wait.finish(Ok(None));
+        }
+    }
+}
+
+/// Waits in a queue kept in Redis: attempts (which queues this waiter, or keeps its place),
+/// then waits for its own announcement, until acquired or `deadline`; `leave` gives up the
+/// place when the wait ends without the lock (but not after an error whose outcome is
+/// unknown: its clean-up leaves too).
+///
+/// Every waiting thread has its own place, but of the threads of one client waiting for one
+/// lock only one (the re-checker) also re-checks now and then; the others wait for their own
+/// announcement, or until the re-checker's place frees up. An attempt that finds the lock
+/// free with another live waiter next tells that waiter again, so the re-checker's attempt
+/// covers an announcement lost on its way to anyone, and a hundred waiting threads cost
+/// Redis what one does. `dropped` is set (by the renewal thread's heartbeat) when this waiter
+/// was dropped from the queue as dead: it then attempts again at once, to join again.
+#[cold]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn queue<W>(
+    w: Waiting<'_>,
+    lock_key: &Arc<str>,
+    subscription: Option<Subscription>,
+    confirm: bool,
+    deadline: Option<Instant>,
+    dropped: &AtomicBool,
+    mut attempt: impl FnMut() -> Result<Attempt<W>>,
+    leave: impl FnOnce(),
+) -> Result<Option<W>> {
+    let wait = w.counters.contended_wait();
+    let mut pause = Pause::new(subscription, w.config);
+    if confirm {
+        w.confirm(&pause, deadline);
+    }
+    let mut rechecker = None;
+    loop {
+        let seen = pause.seen();
+        let remaining = match attempt() {
+            Ok(Attempt::Acquired(won)) => return wait.finish(Ok(Some(won))),
+            Ok(Attempt::Held(remaining)) => remaining,
+            Err(e) => {
+                if !e.outcome_unknown() {
+                    leave();
+                }
+                return wait.finish(Err(e));
+            }
+        };
+        let waited = loop {
+            if rechecker.is_none() {
+                rechecker = w.rechecks.try_lead(lock_key);
+            }
+            if rechecker.is_some() || !pause.is_live() {
+                break pause.wait(seen, remaining, deadline);
+            }
+            match pause.wait_woken(seen, deadline) {
+                // Woken by an announcement, or the deadline passed.
+                Some(waited) => break waited,
+                // A re-check period passed in silence: join again if the heartbeat found this
+                // waiter dropped from the queue (its process was stalled for a lease, say);
+                // else see whether the re-checker left.
+                None if dropped.swap(false, Ordering::AcqRel) => break true,
+                None => continue,
+            }
+        };
+        if !waited {
+            leave();
+            return wait.finish(Ok(None));
+        }
+    }
+}
