@@ -82,6 +82,7 @@ impl LeaseGuard {
         self.change_lease(remaining, "set")
     }
 
+    /// Adds `by` to the remaining lease (`add`) or replaces it (`set`), if still held.
     fn change_lease(&self, by: Duration, how: &'static str) -> Result<()> {
         validate_lease(by)?;
         if let Some(reason) = self.hold.lease.lost_reason() {
@@ -140,6 +141,8 @@ impl LeaseGuard {
         Ok(removed == 1)
     }
 
+    /// Leaves the poison record on the way out of a panicking thread. Best effort: a failure
+    /// is logged.
     #[cold]
     fn mark_poisoned(&self) {
         let keys = &self.hold.keys;
@@ -170,6 +173,7 @@ impl LeaseGuard {
         }
     }
 
+    /// Marks the lease lost (once) and makes the error that says so.
     fn lost(&self, reason: LostReason) -> Error {
         if self.hold.lease.mark_lost(reason.clone()) {
             Counters::add(&self.ctx.counters.lost, 1);
@@ -180,6 +184,8 @@ impl LeaseGuard {
         )
     }
 
+    /// Counts one hold less; the outermost one records a panic, stops the renewal and
+    /// releases in Redis.
     fn release(&mut self) -> Result<()> {
         if self.released {
             return Ok(());
@@ -199,6 +205,9 @@ impl LeaseGuard {
         result
     }
 
+    /// The release. After a dropped connection it is sent once more (it is idempotent);
+    /// after a time-out the caller gets the error at once and the renewal thread sends it
+    /// again until Redis answers or the lease has run out.
     fn release_in_redis(&self) -> Result<()> {
         let lost_before = self.hold.lease.lost_reason();
         let mut reply = self.send_release();
@@ -240,6 +249,7 @@ impl LeaseGuard {
             })
     }
 
+    /// Has the renewal thread finish a release whose outcome is unknown.
     #[cold]
     fn release_later(&self) {
         let give_up_at = self.hold.lease.expires_at() + self.ctx.config.response_timeout;
