@@ -16,34 +16,14 @@ use std::time::{Duration, Instant};
 use redmutex::Client;
 use support::RedisServer;
 
-// Copies of the crate's acquire and release scripts (src/scripts.rs).
-const ACQUIRE_LUA: &str = r#"
-local previous = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
-if type(previous) == 'table' and previous['err'] then
-  return redis.error_reply('WRONGTYPE key exists but is not a lock')
-end
-if not previous then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
-    redis.call('DEL', KEYS[1])
-    return redis.error_reply('WRONGTYPE fencing counter is not an integer')
-  end
-  return {1, fence}
-end
-local ttl = redis.call('PTTL', KEYS[1])
-redis.call('SET', KEYS[3], '1', 'PX', ttl + tonumber(ARGV[2]))
-return {0, ttl}
-"#;
+// The crate's own acquire and release scripts, read from their files.
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../src/lease/lua/errors.lua"),
+    include_str!("../src/lease/lua/fence.lua"),
+    include_str!("../src/primitives/mutex/acquire.lua"),
+);
 
-const CRATE_RELEASE_LUA: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  if redis.call('DEL', KEYS[1], KEYS[2]) > 1 then
-    redis.call('PUBLISH', ARGV[2], 'released')
-  end
-  return 1
-end
-return 0
-"#;
+const CRATE_RELEASE_LUA: &str = include_str!("../src/primitives/mutex/release.lua");
 
 struct Mode {
     rounds: usize,

@@ -23,8 +23,8 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 ///
 /// A `Client` owns a pool of connections and at most two background threads, whatever the
 /// number of locks and waiters: the renewal thread (once a lock needs renewal, or a failed
-/// call needs cleaning up after) and the subscriber thread (once a thread waits). It is cheap to clone (an `Arc`
-/// inside), `Send` and `Sync`: make one per Redis and share it.
+/// call needs cleaning up after) and the subscriber thread (once a thread waits). It is cheap
+/// to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
 /// Building one makes no connection; the first operation connects, and fails with a
 /// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
 /// cannot be reached.

@@ -19,8 +19,8 @@ use crate::primitives::MutexGuard;
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
 ///
 /// Get one with [`Client::fair_mutex`](crate::Client::fair_mutex). It has the API of
-/// [`Mutex`](crate::Mutex) — blocking and timed acquires, guards that release on drop, re-entry on the same
-/// thread, renewal, fencing tokens — and the same [`MutexGuard`].
+/// [`Mutex`](crate::Mutex) — blocking and timed acquires, guards that release on drop,
+/// re-entry on the same thread, renewal, fencing tokens — and the same [`MutexGuard`].
 ///
 /// # Fairness
 ///
@@ -44,8 +44,8 @@ use crate::primitives::MutexGuard;
 ///   at the next acquire, so fencing tokens still increase as long as that clock does not
 ///   go back.
 ///
-/// Do not use the same name as a `FairMutex` and as a [`Mutex`](crate::Mutex): both exclude each other,
-/// but a plain `Mutex` ignores the queue.
+/// Do not use the same name as a `FairMutex` and as a [`Mutex`](crate::Mutex): both exclude
+/// each other, but a plain `Mutex` ignores the queue.
 ///
 /// # Examples
 ///

@@ -109,8 +109,8 @@ impl Mutex {
     /// This handle, taking the lock for a fixed `lease` with no renewal.
     ///
     /// Use it for work with a known bound, where a holder that hangs must not keep the lock
-    /// alive. A lease of zero, under 1 ms or over [`MAX_LEASE`] is reported by the first
-    /// operation as an [`ErrorKind::InvalidArgument`].
+    /// alive. A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported
+    /// by the first operation as an [`ErrorKind::InvalidArgument`].
     ///
     /// # Examples
     ///

@@ -104,7 +104,7 @@ impl MutexGuard {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::LockLost`] when it is not (the guard then reports
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard then reports
     /// [`is_lost`](Self::is_lost) too); connection and timeout errors.
     pub fn verify(&self) -> Result<Duration> {
         self.inner.verify()
@@ -120,9 +120,10 @@ impl MutexGuard {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidArgument`] for a duration under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE); [`ErrorKind::LockLost`] when the lock is no longer
-    /// held (it is never re-created); connection and timeout errors.
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a duration under
+    /// 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lock is no longer held (it
+    /// is never re-created); connection and timeout errors.
     ///
     /// # Examples
     ///
@@ -171,8 +172,8 @@ impl MutexGuard {
     ///
     /// # Errors
     ///
-    /// - [`ErrorKind::LockLost`]: the lease had run out or the lock was taken away before
-    ///   the release; whoever holds it now is left alone.
+    /// - [`ErrorKind::LockLost`](crate::ErrorKind::LockLost): the lease had run out or the
+    ///   lock was taken away before the release; whoever holds it now is left alone.
     /// - Connection and timeout errors: the release may not have happened; the lock then
     ///   expires with its lease (it is no longer renewed).
     pub fn unlock(self) -> Result<()> {
@@ -215,8 +216,8 @@ impl MutexGuard {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::LockLost`] when the lease is known to be lost (only the holder may clear
-    /// it); connection and timeout errors.
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lease is known to be lost
+    /// (only the holder may clear it); connection and timeout errors.
     pub fn clear_poison(&self) -> Result<bool> {
         self.inner.clear_poison()
     }
