@@ -7,9 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{validate_lease, Config};
+use crate::connection::{
+    AddressKind, Connections, IntoAddress, NodeClients, Sentinel, SentinelAddress,
+    SentinelSettings, Standalone,
+};
 #[cfg(feature = "tls")]
 use crate::connection::{ClientCertificate, TlsSettings};
-use crate::connection::{Connections, Standalone};
 use crate::error::{Error, Result, Server};
 use crate::keys;
 use crate::lease::LockContext;
@@ -75,7 +78,7 @@ impl Client {
     /// let over_tls = redmutex::Client::open("rediss://locker:s3cret@redis.internal:6380/")?;
     /// # Ok(()) }
     /// ```
-    pub fn open<T: redis::IntoConnectionInfo>(url: T) -> Result<Client> {
+    pub fn open<T: IntoAddress>(url: T) -> Result<Client> {
         Builder::new().open(url)
     }
 
@@ -200,6 +203,8 @@ pub struct Builder {
     backoff_base: Duration,
     backoff_cap: Duration,
     replica_acks: Option<(u32, Duration)>,
+    /// Credentials for the sentinels, when not those of the data nodes.
+    sentinel_auth: Option<(Option<String>, Option<String>)>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -223,6 +228,7 @@ impl Builder {
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
             replica_acks: None,
+            sentinel_auth: None,
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
         }
@@ -427,6 +433,25 @@ impl Builder {
         })
     }
 
+    /// The credentials the sentinels of a `redis+sentinel://` deployment are asked with, when
+    /// they differ from those of the data nodes (which the URL gives).
+    ///
+    /// Defaults to the data nodes' credentials. `None` for either sends none.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder()
+    ///     .sentinel_auth(None, Some("sentinel-secret"))
+    ///     .open("redis+sentinel://:data-secret@10.0.0.1:26379,10.0.0.2:26379/mymaster")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel_auth(mut self, username: Option<&str>, password: Option<&str>) -> Self {
+        self.sentinel_auth = Some((username.map(str::to_owned), password.map(str::to_owned)));
+        self
+    }
+
     fn redis_client(&self, info: redis::ConnectionInfo) -> Result<redis::Client> {
         #[cfg(feature = "tls")]
         return self.tls.redis_client(info);
@@ -441,40 +466,132 @@ impl Builder {
     ///
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range, the
     /// URL cannot be parsed, or TLS settings are given for a URL that is not `rediss://`.
-    pub fn open<T: redis::IntoConnectionInfo>(self, url: T) -> Result<Client> {
+    pub fn open<T: IntoAddress>(self, url: T) -> Result<Client> {
         let config = self.validate()?;
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+        let deployment = match url.into_address()?.kind {
+            AddressKind::Server(info) => self.standalone(&config, info)?,
+            AddressKind::Sentinel(address) => self.sentinel_deployment(&config, address)?,
+        };
+        Ok(Client {
+            shared: Arc::new(LockContext::new(
+                NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+                config,
+                Arc::new(deployment),
+                TokenSource::new(),
+            )),
+        })
+    }
+
+    /// One server: a pool, and the subscriber's RESP3 client.
+    fn standalone(&self, config: &Config, info: redis::ConnectionInfo) -> Result<Connections> {
         let address: Arc<str> = Arc::from(info.addr().to_string());
-        // A lock's round trips are small request/reply pairs: never let Nagle hold one back.
-        let tcp = info.tcp_settings().clone().set_nodelay(true);
-        let info = info.set_tcp_settings(tcp);
+        let info = with_nodelay(info);
         // The subscriber speaks RESP3, so that confirmations and messages come as push frames.
-        let subscriber_info = info.clone().set_redis_settings(
-            info.redis_settings()
-                .clone()
-                .set_protocol(redis::ProtocolVersion::RESP3),
-        );
+        let subscriber =
+            self.redis_client(with_protocol(info.clone(), redis::ProtocolVersion::RESP3))?;
         let redis_client = self.redis_client(info)?;
-        let subscriber = self.redis_client(subscriber_info)?;
         let server = Server {
             address,
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
         };
-        let pool_size = config.pool_size;
-        let connections =
-            Connections::new(Standalone::new(redis_client, subscriber, server, pool_size));
-        Ok(Client {
-            shared: Arc::new(LockContext::new(
-                NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-                config,
-                Arc::new(connections),
-                TokenSource::new(),
-            )),
-        })
+        Ok(Connections::new(Standalone::new(
+            redis_client,
+            subscriber,
+            server,
+            config.pool_size,
+        )))
     }
+
+    /// A Sentinel deployment: a client per sentinel, and a way to make clients for the data
+    /// nodes the sentinels name.
+    fn sentinel_deployment(
+        &self,
+        config: &Config,
+        address: SentinelAddress,
+    ) -> Result<Connections> {
+        let node_info =
+            move |host: &str, port: u16, tls: bool, redis: redis::RedisConnectionInfo| {
+                let addr = if tls {
+                    redis::ConnectionAddr::TcpTls {
+                        host: host.to_owned(),
+                        port,
+                        insecure: false,
+                        tls_params: None,
+                    }
+                } else {
+                    redis::ConnectionAddr::Tcp(host.to_owned(), port)
+                };
+                redis::IntoConnectionInfo::into_connection_info((host.to_owned(), port))
+                    .map(|info| with_nodelay(info.set_addr(addr).set_redis_settings(redis)))
+            };
+        let invalid = |e: redis::RedisError| Error::config(format!("invalid redis address: {e}"));
+        let sentinel_redis = match &self.sentinel_auth {
+            Some((user, password)) => {
+                let mut r = redis::RedisConnectionInfo::default();
+                if let Some(user) = user {
+                    r = r.set_username(user);
+                }
+                if let Some(password) = password {
+                    r = r.set_password(password);
+                }
+                r
+            }
+            None => address.redis.clone().set_db(0),
+        };
+        // RESP3: the switch events come as push frames (see `connection::sentinel`).
+        let sentinel_redis = sentinel_redis.set_protocol(redis::ProtocolVersion::RESP3);
+        let sentinels = address
+            .sentinels
+            .iter()
+            .map(|(host, port)| {
+                let info =
+                    node_info(host, *port, address.tls, sentinel_redis.clone()).map_err(invalid)?;
+                self.redis_client(info)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let builder = self.clone();
+        let (tls, data) = (address.tls, address.redis.clone());
+        let nodes: NodeClients = Box::new(move |host, port, protocol| {
+            let info = node_info(
+                host,
+                port,
+                tls,
+                with_protocol_settings(data.clone(), protocol),
+            )
+            .map_err(invalid)?;
+            builder.redis_client(info)
+        });
+        Ok(Connections::new(Sentinel::new(SentinelSettings {
+            master_name: address.master_name,
+            sentinels,
+            nodes,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+            pool_size: config.pool_size,
+        })))
+    }
+}
+
+/// A lock's round trips are small request/reply pairs: never let Nagle hold one back.
+fn with_nodelay(info: redis::ConnectionInfo) -> redis::ConnectionInfo {
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    info.set_tcp_settings(tcp)
+}
+
+fn with_protocol(
+    info: redis::ConnectionInfo,
+    protocol: redis::ProtocolVersion,
+) -> redis::ConnectionInfo {
+    let redis = with_protocol_settings(info.redis_settings().clone(), protocol);
+    info.set_redis_settings(redis)
+}
+
+fn with_protocol_settings(
+    redis: redis::RedisConnectionInfo,
+    protocol: redis::ProtocolVersion,
+) -> redis::RedisConnectionInfo {
+    redis.set_protocol(protocol)
 }
 
 #[cfg(test)]

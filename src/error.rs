@@ -272,6 +272,15 @@ impl Error {
         Error::new(kind, message).with_source(err).at_checkout()
     }
 
+    /// Whether Redis replied with this error code (`READONLY`, `MOVED`, …).
+    pub(crate) fn is_server_code(&self, code: &str) -> bool {
+        self.source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<redis::RedisError>())
+            .and_then(redis::RedisError::code)
+            .is_some_and(|c| c == code)
+    }
+
     /// Marks an error that happened before anything was sent.
     pub(crate) fn at_checkout(mut self) -> Self {
         self.at_checkout = true;

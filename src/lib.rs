@@ -89,6 +89,7 @@ mod waiting;
 
 pub use client::{Builder, Client};
 pub use config::MAX_LEASE;
+pub use connection::{Address, IntoAddress};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};

@@ -138,7 +138,7 @@ fn lock_keys_exist(server: &RedisServer, name: &str) -> bool {
 }
 
 /// Checks that a correct client can take the lock `name` (nobody left it held) and release it.
-fn assert_lock_usable(url: impl redis::IntoConnectionInfo, builder: Builder, name: &str) {
+fn assert_lock_usable(url: impl redmutex::IntoAddress, builder: Builder, name: &str) {
     let client = builder.open(url).expect("client");
     let name = name.to_owned();
     let taken = within(LIMIT, move || {

@@ -12,7 +12,9 @@
 //! names one server of any deployment. Adding a deployment is one implementation of
 //! [`Deployment`].
 
+mod address;
 mod pool;
+mod sentinel;
 mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
@@ -21,7 +23,10 @@ use redis::{Script, ScriptInvocation};
 
 use crate::error::{Doing, Error, Result, Server};
 
+pub use address::{Address, IntoAddress};
+pub(crate) use address::{AddressKind, SentinelAddress};
 pub(crate) use pool::{Checkout, Pool};
+pub(crate) use sentinel::{NodeClients, Sentinel, SentinelSettings};
 pub(crate) use standalone::Standalone;
 #[cfg(feature = "tls")]
 pub(crate) use tls::{ClientCertificate, TlsSettings};
@@ -32,7 +37,7 @@ pub(crate) trait Deployment: Send + Sync {
     fn shard_of(&self, route: &str) -> usize;
 
     /// A pooled connection to the server of `shard`, within the connect timeout.
-    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout<'_>>;
+    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout>;
 
     /// A new connection for a subscriber of `shard`'s channels, speaking RESP3 (so that
     /// messages and confirmations arrive as push frames), with the response timeout as its
@@ -40,7 +45,20 @@ pub(crate) trait Deployment: Send + Sync {
     fn subscriber_connection(&self, shard: usize) -> redis::RedisResult<redis::Connection>;
 
     /// The server of `shard`, as messages name it.
-    fn server(&self, shard: usize) -> &Server;
+    fn server(&self, shard: usize) -> Server;
+
+    /// Learns of a call to `shard` that failed: a deployment that follows failovers takes a
+    /// `READONLY` reply or a dropped connection as a sign that the master moved.
+    fn call_failed(&self, _shard: usize, _err: &Error) {}
+
+    /// A number that changes whenever the servers behind the shards change (a failover): the
+    /// subscriber connects again when it does.
+    fn generation(&self) -> u64 {
+        0
+    }
+
+    /// Stops what the deployment runs in the background, for good.
+    fn shutdown(&self) {}
 }
 
 /// What the rest of the crate talks to Redis through.
@@ -101,7 +119,11 @@ impl Connections {
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let shard = self.deployment.shard_of(route);
-        self.deployment.checkout(shard, doing)?.call(doing, f)
+        let result = self.deployment.checkout(shard, doing)?.call(doing, f);
+        if let Err(e) = &result {
+            self.deployment.call_failed(shard, e);
+        }
+        result
     }
 
     /// Runs script calls grouped by server, one pipelined round trip per server, and returns
@@ -180,10 +202,29 @@ impl Connections {
             *trips += 1;
             conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))
         };
-        match once() {
-            Err(e) if e.is_connection() && !e.is_checkout() => once(),
+        let result = match once() {
+            Err(e) if e.is_connection() && !e.is_checkout() => {
+                self.deployment.call_failed(shard, &e);
+                once()
+            }
             other => other,
+        };
+        match &result {
+            Err(e) => self.deployment.call_failed(shard, e),
+            // Error replies inside a batch tell the deployment as much as a failed call does
+            // (`READONLY`: the master was demoted).
+            Ok(replies) => {
+                if let Some(redis::Value::ServerError(e)) = replies
+                    .iter()
+                    .find(|r| matches!(r, redis::Value::ServerError(e) if e.code() == "READONLY"))
+                {
+                    let server = self.deployment.server(shard);
+                    let err = Error::from_call(&server, doing, redis::RedisError::from(e.clone()));
+                    self.deployment.call_failed(shard, &err);
+                }
+            }
         }
+        result
     }
 
     /// A new subscriber connection for the channels of the lock routed by `route`.
@@ -196,8 +237,18 @@ impl Connections {
     }
 
     /// The server that holds the keys of `route`, as messages name it.
-    pub(crate) fn server(&self, route: &str) -> &Server {
+    pub(crate) fn server(&self, route: &str) -> Server {
         self.deployment.server(self.deployment.shard_of(route))
+    }
+
+    /// Changes whenever the servers behind the shards change: see [`Deployment::generation`].
+    pub(crate) fn generation(&self) -> u64 {
+        self.deployment.generation()
+    }
+
+    /// Stops the deployment's background work.
+    pub(crate) fn shutdown(&self) {
+        self.deployment.shutdown();
     }
 }
 

@@ -55,9 +55,11 @@ pub(crate) struct Pool {
     inner: Arc<PoolInner>,
 }
 
-/// A connection checked out of the [`Pool`]; it goes back when dropped, unless broken.
-pub(crate) struct Checkout<'a> {
-    pool: &'a PoolInner,
+/// A connection checked out of the [`Pool`]; it goes back when dropped, unless broken. It
+/// keeps its pool alive, so that a deployment may replace a pool (after a failover) while
+/// connections of the old one are still in use.
+pub(crate) struct Checkout {
+    pool: Arc<PoolInner>,
     conn: Option<redis::Connection>,
     number: u64,
     broken: bool,
@@ -84,15 +86,15 @@ impl Pool {
     }
 
     /// Checks out an idle connection, or makes one, within the connect timeout.
-    pub(crate) fn get(&self, doing: Doing<'_>) -> Result<Checkout<'_>> {
-        let inner = &*self.inner;
+    pub(crate) fn get(&self, doing: Doing<'_>) -> Result<Checkout> {
+        let inner = &self.inner;
         let deadline = Instant::now() + inner.server.connect_timeout;
         let mut state = inner.state.lock();
         loop {
             while let Some(idle) = state.idle.pop() {
                 if idle.number >= inner.epoch.load(Ordering::Relaxed) {
                     return Ok(Checkout {
-                        pool: inner,
+                        pool: Arc::clone(inner),
                         conn: Some(idle.conn),
                         number: idle.number,
                         broken: false,
@@ -104,7 +106,7 @@ impl Pool {
             if state.open < inner.max {
                 state.open += 1;
                 drop(state);
-                return inner.connect(deadline, doing);
+                return PoolInner::connect(inner, deadline, doing);
             }
             if inner.freed.wait_until(&mut state, deadline).timed_out() {
                 return Err(Error::new(
@@ -124,7 +126,7 @@ impl Pool {
 
 impl PoolInner {
     /// Makes a connection for a slot already counted in `open`; frees the slot on failure.
-    fn connect(&self, deadline: Instant, doing: Doing<'_>) -> Result<Checkout<'_>> {
+    fn connect(self: &Arc<Self>, deadline: Instant, doing: Doing<'_>) -> Result<Checkout> {
         let made = (|| {
             let remaining = deadline
                 .saturating_duration_since(Instant::now())
@@ -136,7 +138,7 @@ impl PoolInner {
         })();
         match made {
             Ok(conn) => Ok(Checkout {
-                pool: self,
+                pool: Arc::clone(self),
                 conn: Some(conn),
                 number: self.made.fetch_add(1, Ordering::Relaxed),
                 broken: false,
@@ -156,7 +158,7 @@ impl PoolInner {
     }
 }
 
-impl Checkout<'_> {
+impl Checkout {
     /// Runs one call and returns Redis's own result. A transport error leaves the connection
     /// in an unknown state, so it is thrown away on return; a dropped connection (not a
     /// timeout) also retires every connection made before it.
@@ -194,7 +196,7 @@ impl Checkout<'_> {
     }
 }
 
-impl Drop for Checkout<'_> {
+impl Drop for Checkout {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else {
             return;

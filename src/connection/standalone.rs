@@ -32,7 +32,7 @@ impl Deployment for Standalone {
     }
 
     #[inline]
-    fn checkout(&self, _shard: usize, doing: Doing<'_>) -> Result<Checkout<'_>> {
+    fn checkout(&self, _shard: usize, doing: Doing<'_>) -> Result<Checkout> {
         self.pool.get(doing)
     }
 
@@ -45,7 +45,7 @@ impl Deployment for Standalone {
         Ok(conn)
     }
 
-    fn server(&self, _shard: usize) -> &Server {
-        self.pool.server()
+    fn server(&self, _shard: usize) -> Server {
+        self.pool.server().clone()
     }
 }

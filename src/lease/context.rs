@@ -63,6 +63,7 @@ impl LockContext {
         self.closed.store(true, Ordering::Release);
         self.renewal.shutdown();
         self.subscriber.shutdown();
+        self.connections.shutdown();
     }
 
     /// Fails at once when the client was shut down.

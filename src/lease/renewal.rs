@@ -421,6 +421,15 @@ impl RenewalThread {
             let Registration::Lease { keys, state, .. } = r else {
                 continue;
             };
+            // An error reply (`READONLY` from a demoted master, say) is a failed renewal, not
+            // a lost lock: the lease runs out on this machine's clock if renewal keeps failing.
+            let reply = match reply {
+                Ok(redis::Value::ServerError(e)) => Err(crate::error::Error::new(
+                    ErrorKind::Server,
+                    format!("renewing leases: {}", redis::RedisError::from(e)),
+                )),
+                other => other,
+            };
             match reply {
                 Ok(redis::Value::Int(1)) => state.renewed(sent_at, s.lease),
                 Ok(_) => {

@@ -360,6 +360,7 @@ impl SubscriberThread {
             if !self.wait_for_work() {
                 return;
             }
+            let generation = self.connections.generation();
             let conn = self
                 .connections
                 .subscriber_connection(&self.shared.wake_channel)
@@ -379,7 +380,7 @@ impl SubscriberThread {
                     continue;
                 }
             };
-            match self.serve(&mut conn) {
+            match self.serve(&mut conn, generation) {
                 Exit::Stop => {
                     self.connection_lost();
                     return;
@@ -452,7 +453,7 @@ impl SubscriberThread {
     /// (with RESP2, a `SUBSCRIBE` of several channels leaves confirmations on the wire that a
     /// later command would take for its own, and a waiter could rely on a subscription that
     /// was not made yet). Commands are written without waiting; replies are read in one place.
-    fn serve(&self, conn: &mut redis::Connection) -> Exit {
+    fn serve(&self, conn: &mut redis::Connection, generation: u64) -> Exit {
         let wake = [self.shared.wake_channel.clone()];
         if let Err(e) = send(conn, "SUBSCRIBE", &wake) {
             return Exit::Broken(e);
@@ -474,15 +475,22 @@ impl SubscriberThread {
             }
         }
         self.shared.serving.store(true, Ordering::Release);
-        let exit = self.serve_subscribed(conn);
+        let exit = self.serve_subscribed(conn, generation);
         self.shared.serving.store(false, Ordering::Release);
         exit
     }
 
-    fn serve_subscribed(&self, conn: &mut redis::Connection) -> Exit {
+    fn serve_subscribed(&self, conn: &mut redis::Connection, generation: u64) -> Exit {
         loop {
             if self.stopped() {
                 return Exit::Stop;
+            }
+            if self.connections.generation() != generation {
+                // The deployment's servers changed (a failover): follow them.
+                return Exit::Broken(redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "the master changed",
+                )));
             }
             let (subscribe, unsubscribe) = self.pending_changes();
             if !subscribe.is_empty() {

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod sentinel;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,7 +24,7 @@ pub struct RedisServer {
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
     listener.local_addr().expect("local addr").port()
 }
@@ -148,6 +149,19 @@ impl RedisServer {
         conn
     }
 
+    /// A field of `INFO <section>` as text, such as `master_link_status` in `replication`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()?;
+        let info: String = redis::cmd("INFO").arg(section).query(&mut conn).ok()?;
+        let prefix = format!("{field}:");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .map(|v| v.trim().to_owned())
+    }
+
     /// A number from `INFO <section>`, such as `total_commands_processed` in `stats`.
     pub fn info_number(&self, section: &str, field: &str) -> u64 {
         let info: String = redis::cmd("INFO")
@@ -223,6 +237,17 @@ impl Drop for RedisServer {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A fresh directory under the system's temporary directory, named for `what`.
+pub fn scratch_dir(what: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "redmutex-{what}-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create a scratch directory");
+    dir
 }
 
 /// Runs `f` on another thread and fails the test if it does not finish within `limit`:

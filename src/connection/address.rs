@@ -1,0 +1,259 @@
+//! Where a client connects: one server, or a Sentinel deployment, named by a URL.
+//!
+//! - `redis://[user:password@]host[:port][/db]`, `rediss://…` (TLS): one server.
+//! - `redis+sentinel://[user:password@]host1[:port1][,host2[:port2]…]/master-name[/db]`, and
+//!   `rediss+sentinel://…` (TLS to the sentinels and the data nodes): the sentinels, the
+//!   master's name, and the credentials and database of the data nodes (which the sentinels
+//!   are also asked with, unless `Builder::sentinel_credentials` gives theirs). Sentinel ports
+//!   default to 26379. This is the form of the `redis+sentinel` scheme that Celery, Kombu and
+//!   other clients read.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Where a [`Client`](crate::Client) connects: what [`Client::open`](crate::Client::open) and
+/// [`Builder::open`](crate::Builder::open) accept.
+///
+/// Implemented for URL strings (see [`Address::parse`]) and for a redis-rs
+/// [`ConnectionInfo`](redis::ConnectionInfo) naming one server.
+pub trait IntoAddress {
+    /// The address, or a [`Config`](crate::ErrorKind::Config) error when it cannot be parsed.
+    fn into_address(self) -> Result<Address>;
+}
+
+/// A parsed address: one server, or a Sentinel deployment. Its `Debug` output never shows a
+/// password.
+#[derive(Clone)]
+pub struct Address {
+    pub(crate) kind: AddressKind,
+}
+
+#[derive(Clone)]
+pub(crate) enum AddressKind {
+    Server(redis::ConnectionInfo),
+    Sentinel(SentinelAddress),
+}
+
+/// The parts of a `redis+sentinel://` URL.
+#[derive(Clone)]
+pub(crate) struct SentinelAddress {
+    pub(crate) master_name: String,
+    pub(crate) sentinels: Vec<(String, u16)>,
+    pub(crate) tls: bool,
+    /// Credentials and database of the data nodes.
+    pub(crate) redis: redis::RedisConnectionInfo,
+}
+
+/// The port sentinels listen on unless told otherwise.
+const SENTINEL_PORT: u16 = 26379;
+
+impl Address {
+    /// Parses a URL: `redis://`, `rediss://`, `redis+sentinel://` or `rediss+sentinel://`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for a URL that does not parse, a
+    /// sentinel URL without hosts or without a master name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let a = redmutex::Address::parse("redis+sentinel://10.0.0.1:26379,10.0.0.2/mymaster")?;
+    /// let b = redmutex::Address::parse("redis://127.0.0.1:6379/0")?;
+    /// assert!(redmutex::Address::parse("redis+sentinel://10.0.0.1:26379/").is_err());
+    /// # Ok::<(), redmutex::Error>(())
+    /// ```
+    pub fn parse(url: &str) -> Result<Address> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            (false, rest)
+        } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
+            (true, rest)
+        } else {
+            let info = redis::IntoConnectionInfo::into_connection_info(url)
+                .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+            return Ok(Address {
+                kind: AddressKind::Server(info),
+            });
+        };
+        parse_sentinel(tls, rest).map(|s| Address {
+            kind: AddressKind::Sentinel(s),
+        })
+    }
+}
+
+fn parse_sentinel(tls: bool, rest: &str) -> Result<SentinelAddress> {
+    let bad = |why: &str| Error::config(format!("invalid sentinel address: {why}"));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').filter(|h| !h.is_empty()) {
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) => (
+                name,
+                port.parse::<u16>()
+                    .map_err(|_| bad(&format!("{port:?} is not a port")))?,
+            ),
+            None => (host, SENTINEL_PORT),
+        };
+        if name.is_empty() {
+            return Err(bad("a sentinel without a host"));
+        }
+        sentinels.push((name.to_owned(), port));
+    }
+    if sentinels.is_empty() {
+        return Err(bad("no sentinel host"));
+    }
+    let mut parts = path.split('/');
+    let master_name = parts.next().unwrap_or("");
+    if master_name.is_empty() {
+        return Err(bad(
+            "no master name (redis+sentinel://host:port,host:port/master-name)",
+        ));
+    }
+    let master_name = percent_decode(master_name).map_err(|e| bad(&e))?;
+    let mut redis = redis::RedisConnectionInfo::default();
+    if let Some(db) = parts.next().filter(|d| !d.is_empty()) {
+        let db: i64 = db
+            .parse()
+            .map_err(|_| bad(&format!("{db:?} is not a database number")))?;
+        redis = redis.set_db(db);
+    }
+    if let Some(userinfo) = userinfo {
+        let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+        if !user.is_empty() {
+            redis = redis.set_username(percent_decode(user).map_err(|e| bad(&e))?);
+        }
+        if !password.is_empty() {
+            redis = redis.set_password(percent_decode(password).map_err(|e| bad(&e))?);
+        }
+    }
+    Ok(SentinelAddress {
+        master_name,
+        sentinels,
+        tls,
+        redis,
+    })
+}
+
+/// Decodes `%XX` escapes (user names, passwords and names may hold any byte).
+fn percent_decode(s: &str) -> std::result::Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| "a bad %-escape".to_owned())?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "an escape that is not UTF-8".to_owned())
+}
+
+impl fmt::Debug for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            AddressKind::Server(info) => f
+                .debug_struct("Address")
+                .field("server", &info.addr().to_string())
+                .finish_non_exhaustive(),
+            AddressKind::Sentinel(s) => f
+                .debug_struct("Address")
+                .field("sentinels", &s.sentinels)
+                .field("master_name", &s.master_name)
+                .field("tls", &s.tls)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+impl IntoAddress for Address {
+    fn into_address(self) -> Result<Address> {
+        Ok(self)
+    }
+}
+
+impl IntoAddress for &str {
+    fn into_address(self) -> Result<Address> {
+        Address::parse(self)
+    }
+}
+
+impl IntoAddress for String {
+    fn into_address(self) -> Result<Address> {
+        Address::parse(&self)
+    }
+}
+
+impl IntoAddress for &String {
+    fn into_address(self) -> Result<Address> {
+        Address::parse(self)
+    }
+}
+
+impl IntoAddress for redis::ConnectionInfo {
+    fn into_address(self) -> Result<Address> {
+        Ok(Address {
+            kind: AddressKind::Server(self),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sentinel(url: &str) -> SentinelAddress {
+        match Address::parse(url).unwrap().kind {
+            AddressKind::Sentinel(s) => s,
+            AddressKind::Server(_) => panic!("{url} parsed as one server"),
+        }
+    }
+
+    #[test]
+    fn sentinel_urls_name_hosts_master_credentials_and_db() {
+        let s = sentinel("redis+sentinel://u:p%40ss@10.0.0.1:26380,10.0.0.2/my%20master/3");
+        assert_eq!(
+            s.sentinels,
+            [
+                ("10.0.0.1".to_owned(), 26380),
+                ("10.0.0.2".to_owned(), 26379)
+            ]
+        );
+        assert_eq!(s.master_name, "my master");
+        assert_eq!(s.redis.password(), Some("p@ss"));
+        assert_eq!(s.redis.username(), Some("u"));
+        assert_eq!(s.redis.db(), 3);
+        assert!(!s.tls);
+        assert!(sentinel("rediss+sentinel://h/m").tls);
+        let dbg = format!(
+            "{:?}",
+            Address::parse("redis+sentinel://u:secret@h/m").unwrap()
+        );
+        assert!(!dbg.contains("secret"), "{dbg}");
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_config_errors() {
+        for url in [
+            "redis+sentinel://10.0.0.1:26379",
+            "redis+sentinel://10.0.0.1:26379/",
+            "redis+sentinel:///mymaster",
+            "redis+sentinel://h:notaport/m",
+            "redis+sentinel://h/m/notadb",
+        ] {
+            let err = Address::parse(url).unwrap_err();
+            assert!(err.is_config(), "{url}: {err}");
+        }
+    }
+}

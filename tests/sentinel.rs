@@ -1,0 +1,194 @@
+//! Redis Sentinel: locks through the sentinels, across a failover, with a sentinel down, and
+//! clear errors for bad addresses. Every deployment is real processes the test starts.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redmutex::{Client, ErrorKind};
+use support::sentinel::SentinelDeployment;
+use support::{eventually, within};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn client(deployment: &SentinelDeployment) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .default_lease(Duration::from_secs(4))
+        .renewal_interval(Duration::from_millis(500))
+        .open(deployment.url())
+        .expect("client")
+}
+
+#[test]
+fn threads_take_turns_through_the_sentinels() {
+    let deployment = SentinelDeployment::start();
+    let client = client(&deployment);
+    let inside = Arc::new(AtomicU64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, inside, overlaps) = (client.clone(), inside.clone(), overlaps.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let g = client.mutex("counter").lock().unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(client.stats().acquisitions, 80);
+    // The lock lives on the master the sentinels name.
+    let g = client.mutex("where").lock().unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{where}")
+        .query(&mut deployment.master().conn())
+        .unwrap();
+    assert!(exists);
+    drop(g);
+}
+
+#[test]
+fn a_lock_acknowledged_by_a_replica_is_kept_across_a_failover() {
+    let deployment = SentinelDeployment::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .default_lease(Duration::from_secs(6))
+        .renewal_interval(Duration::from_millis(500))
+        .replica_acks(1, Duration::from_secs(1))
+        .open(deployment.url())
+        .unwrap();
+    let g = client.mutex("kept").lock().unwrap();
+    let token = g.fencing_token();
+    let old = deployment.master().port();
+    let new = deployment.failover();
+    assert_ne!(old, new);
+    // Renewal goes on, on the new master.
+    let renewals = client.stats().renewals;
+    assert!(eventually(LIMIT, || client.stats().renewals >= renewals + 4));
+    assert!(!g.is_lost(), "the lease was lost across the failover");
+    assert!(g.verify().is_ok());
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{kept}")
+        .query(&mut deployment.node(new).conn())
+        .unwrap();
+    assert!(held, "the new master does not have the lock");
+    g.unlock().unwrap();
+    // Fencing tokens keep growing on the new master.
+    let next = client.mutex("kept").lock().unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+#[test]
+fn waiters_acquire_after_a_failover() {
+    let deployment = SentinelDeployment::start();
+    let holder = client(&deployment);
+    let waiters = client(&deployment);
+    let g = holder.mutex("queue").lock().unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let c = waiters.clone();
+            std::thread::spawn(move || {
+                c.mutex("queue")
+                    .try_lock_for(LIMIT)
+                    .map(|g| g.map(|g| g.fencing_token()))
+            })
+        })
+        .collect();
+    assert!(eventually(LIMIT, || waiters.stats().contended >= 3));
+    deployment.failover();
+    // The holder's release (or, had the new master missed the lock, its expiry) frees it.
+    drop(g);
+    let started = Instant::now();
+    for t in threads {
+        let got = within(LIMIT, move || t.join().unwrap());
+        assert!(matches!(got, Ok(Some(_))), "{got:?}");
+    }
+    assert!(started.elapsed() < LIMIT);
+}
+
+#[test]
+fn a_dead_sentinel_is_skipped() {
+    let mut deployment = SentinelDeployment::start();
+    deployment.sentinels[0].kill();
+    let client = client(&deployment);
+    let g = within(LIMIT, move || {
+        client.mutex("skip").lock().map(|g| g.fencing_token())
+    });
+    assert!(g.is_ok(), "{g:?}");
+}
+
+#[test]
+fn an_unknown_master_name_is_a_config_error() {
+    let deployment = SentinelDeployment::start();
+    let url = deployment.url().replace("/mymaster", "/nosuchmaster");
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .open(url)
+        .unwrap();
+    let err = within(LIMIT, move || client.mutex("x").try_lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("nosuchmaster"), "{err}");
+}
+
+#[test]
+fn no_reachable_sentinel_is_a_connection_error_within_the_connect_timeout() {
+    let ports: Vec<u16> = (0..2).map(|_| support::free_port()).collect();
+    let url = format!(
+        "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/mymaster",
+        ports[0], ports[1]
+    );
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .open(url)
+        .unwrap();
+    let started = Instant::now();
+    let err = within(LIMIT, move || client.mutex("x").try_lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn a_sentinel_url_without_a_master_name_is_refused_at_once() {
+    let err = Client::open("redis+sentinel://127.0.0.1:26379/").unwrap_err();
+    assert!(err.is_config(), "{err}");
+}
+
+#[test]
+fn after_a_failover_new_locks_go_to_the_new_master_not_the_demoted_one() {
+    let deployment = SentinelDeployment::start();
+    let client = client(&deployment);
+    drop(client.mutex("before").lock().unwrap()); // connected to the old master
+    let old = deployment.master().port();
+    let new = deployment.failover();
+    // The demoted master stays writable for seconds after `SENTINEL FAILOVER`; only the
+    // sentinels' `+switch-master` tells the client to move before it is reconfigured.
+    std::thread::sleep(Duration::from_secs(1));
+    let g = client.mutex("after").lock().unwrap();
+    let exists = |port: u16| -> bool {
+        redis::cmd("EXISTS")
+            .arg("redmutex:{after}")
+            .query(&mut deployment.node(port).conn())
+            .unwrap()
+    };
+    let (on_new, on_old) = (exists(new), exists(old));
+    assert!(
+        !on_old,
+        "the lock was written to the demoted master (on the new: {on_new})"
+    );
+    assert!(on_new, "the lock is not on the new master");
+    g.unlock().unwrap();
+}
