@@ -42,11 +42,14 @@ fn main() -> AnyResult<()> {
         }
     };
     println!("redis: {url}");
+    // Where the demo keeps its own stock counter: the same server, unless the locks go
+    // through a deployment (Sentinel) whose URL a plain connection cannot use.
+    let stock_url = std::env::var("STOCK_REDIS_URL").unwrap_or_else(|_| url.clone());
 
     let run = uuid::Uuid::new_v4().simple().to_string();
     let stock_key = format!("demo:{run}:stock");
-    let mut conn =
-        redis::Client::open(url.as_str())?.get_connection_with_timeout(Duration::from_secs(5))?;
+    let mut conn = redis::Client::open(stock_url.as_str())?
+        .get_connection_with_timeout(Duration::from_secs(5))?;
     let _: () = conn.set(&stock_key, settings.stock)?;
     println!(
         "selling {} items with {} processes x {} threads under lock {LOCK_NAME:?}\n",
@@ -61,6 +64,7 @@ fn main() -> AnyResult<()> {
             Command::new(&exe)
                 .args(["worker", &id.to_string(), &settings.threads.to_string()])
                 .env("REDIS_URL", &url)
+                .env("STOCK_REDIS_URL", &stock_url)
                 .env("DEMO_STOCK_KEY", &stock_key)
                 .stdout(Stdio::piped())
                 .spawn()?,
@@ -158,12 +162,13 @@ fn parse_settings(args: &[String]) -> AnyResult<Settings> {
 fn worker(args: &[String]) -> AnyResult<()> {
     let threads: usize = args.get(1).ok_or("missing thread count")?.parse()?;
     let url = std::env::var("REDIS_URL")?;
+    let stock_url = std::env::var("STOCK_REDIS_URL").unwrap_or_else(|_| url.clone());
     let stock_key = std::env::var("DEMO_STOCK_KEY")?;
     let client = redmutex::Client::open(url.as_str())?;
     let handles: Vec<_> = (0..threads)
         .map(|_| {
             let client = client.clone();
-            let url = url.clone();
+            let url = stock_url.clone();
             let stock_key = stock_key.clone();
             std::thread::spawn(move || -> Result<u64, String> {
                 sell_until_sold_out(&client, &url, &stock_key).map_err(|e| e.to_string())

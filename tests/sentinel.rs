@@ -192,3 +192,61 @@ fn after_a_failover_new_locks_go_to_the_new_master_not_the_demoted_one() {
     assert!(on_new, "the lock is not on the new master");
     g.unlock().unwrap();
 }
+
+const ENTRY: &str = "sentinel_worker_entry";
+
+/// Worker processes: 4 threads add 1 to a plain counter on the master 25 times each, under a
+/// lock taken through the sentinels (a read-modify-write made safe only by the lock).
+#[test]
+fn sentinel_worker_entry() {
+    let Some((role, url, master_url)) = support::worker_role() else {
+        return;
+    };
+    assert_eq!(role, "counter");
+    let client = Client::open(url.as_str()).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, master_url) = (client.clone(), master_url.clone());
+            std::thread::spawn(move || {
+                let mut conn = redis::Client::open(master_url.as_str())
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                for _ in 0..25 {
+                    let _g = client.mutex("counter-lock").lock().unwrap();
+                    let n: Option<u64> = redis::cmd("GET").arg("counter").query(&mut conn).unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(n.unwrap_or(0) + 1)
+                        .query(&mut conn)
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!("DONE");
+}
+
+#[test]
+fn four_processes_of_four_threads_lose_no_increment_through_the_sentinels() {
+    let deployment = SentinelDeployment::start();
+    let master_url = deployment.master().url();
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| support::spawn_worker(ENTRY, "counter", &deployment.url(), &master_url))
+        .collect();
+    for w in &mut workers {
+        support::read_marker(w, "DONE");
+    }
+    for mut w in workers {
+        assert!(w.wait().unwrap().success());
+    }
+    let n: u64 = redis::cmd("GET")
+        .arg("counter")
+        .query(&mut deployment.master().conn())
+        .unwrap();
+    assert_eq!(n, 4 * 4 * 25);
+}
