@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::config::{validate_lease, Config};
 use crate::connection::{
-    AddressKind, Connections, IntoAddress, NodeClients, Sentinel, SentinelAddress,
+    Address, AddressKind, Connections, IntoAddress, NodeClients, Sentinel, SentinelAddress,
     SentinelSettings, Standalone,
 };
 #[cfg(feature = "tls")]
@@ -459,8 +459,82 @@ impl Builder {
         redis::Client::open(info).map_err(|e| Error::config(format!("invalid redis address: {e}")))
     }
 
+    /// Checks the settings and makes a client for the Sentinel deployment that monitors
+    /// `master_name`, through the sentinels at `sentinels` (each `host:port`, or a
+    /// `redis://[user:password@]host:port` / `rediss://…` URL). Connects to nothing.
+    ///
+    /// The credentials of the sentinel URLs are used for the sentinels and for the data
+    /// nodes ([`sentinel_auth`](Builder::sentinel_auth) gives the sentinels others); a
+    /// `rediss://` sentinel URL means TLS to the sentinels and the data nodes. The same as
+    /// [`open`](Builder::open) with a `redis+sentinel://` URL.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range, no
+    /// sentinel is given, the master name is empty, or a sentinel address cannot be parsed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::builder()
+    ///     .default_lease(Duration::from_secs(30))
+    ///     .sentinel("mymaster", ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"])?;
+    /// let _g = client.mutex("orders:42").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn sentinel<I>(self, master_name: &str, sentinels: I) -> Result<Client>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut hosts = Vec::new();
+        let (mut tls, mut redis) = (false, None);
+        for sentinel in sentinels {
+            let sentinel = sentinel.as_ref();
+            let url = match sentinel.contains("://") {
+                true => sentinel.to_owned(),
+                false => format!("redis://{sentinel}"),
+            };
+            let info =
+                redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
+                    Error::config(format!("invalid sentinel address {sentinel:?}: {e}"))
+                })?;
+            let (host, port, is_tls) = match info.addr() {
+                redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port, false),
+                redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port, true),
+                _ => {
+                    return Err(Error::config(format!(
+                        "invalid sentinel address {sentinel:?}: sentinels are reached over TCP"
+                    )))
+                }
+            };
+            tls |= is_tls;
+            redis.get_or_insert_with(|| info.redis_settings().clone());
+            hosts.push((host, port));
+        }
+        if hosts.is_empty() {
+            return Err(Error::config("no sentinel address given"));
+        }
+        if master_name.is_empty() {
+            return Err(Error::config("the sentinel master name is empty"));
+        }
+        let address = SentinelAddress {
+            master_name: master_name.to_owned(),
+            sentinels: hosts,
+            tls,
+            redis: redis.unwrap_or_default(),
+        };
+        self.open(Address {
+            kind: AddressKind::Sentinel(address),
+        })
+    }
+
     /// Checks the settings and makes the client for the Redis at `url` (`redis://…`, or
-    /// `rediss://…` for TLS; see [`Client::open`]). Connects to nothing.
+    /// `rediss://…` for TLS; `redis+sentinel://…` for a Sentinel deployment; see
+    /// [`Client::open`] and [`Address::parse`](crate::Address::parse)). Connects to nothing.
     ///
     /// # Errors
     ///

@@ -61,14 +61,15 @@ fn threads_take_turns_through_the_sentinels() {
 }
 
 #[test]
-fn a_lock_acknowledged_by_a_replica_is_kept_across_a_failover() {
+fn a_lock_acknowledged_by_every_replica_is_kept_across_a_failover() {
     let deployment = SentinelDeployment::start();
     let client = Client::builder()
         .connect_timeout(Duration::from_secs(2))
         .response_timeout(Duration::from_secs(2))
         .default_lease(Duration::from_secs(6))
         .renewal_interval(Duration::from_millis(500))
-        .replica_acks(1, Duration::from_secs(1))
+        // Every replica: then whichever one is promoted has the lock.
+        .replica_acks(2, Duration::from_secs(1))
         .open(deployment.url())
         .unwrap();
     let g = client.mutex("kept").lock().unwrap();
@@ -79,7 +80,9 @@ fn a_lock_acknowledged_by_a_replica_is_kept_across_a_failover() {
     // Renewal goes on, on the new master.
     let renewals = client.stats().renewals;
     assert!(eventually(LIMIT, || client.stats().renewals >= renewals + 4));
-    assert!(!g.is_lost(), "the lease was lost across the failover");
+    if g.is_lost() {
+        panic!("the lease was lost across the failover: {:?}", g.verify());
+    }
     assert!(g.verify().is_ok());
     let held: bool = redis::cmd("EXISTS")
         .arg("redmutex:{kept}")
@@ -87,7 +90,9 @@ fn a_lock_acknowledged_by_a_replica_is_kept_across_a_failover() {
         .unwrap();
     assert!(held, "the new master does not have the lock");
     g.unlock().unwrap();
-    // Fencing tokens keep growing on the new master.
+    // Fencing tokens keep growing on the new master (once both replicas follow it, since
+    // every acquire waits for both).
+    assert!(eventually(LIMIT, || deployment.settled()));
     let next = client.mutex("kept").lock().unwrap();
     assert!(next.fencing_token() > token);
 }
@@ -249,4 +254,46 @@ fn four_processes_of_four_threads_lose_no_increment_through_the_sentinels() {
         .query(&mut deployment.master().conn())
         .unwrap();
     assert_eq!(n, 4 * 4 * 25);
+}
+
+#[test]
+fn the_builder_form_names_the_sentinels_and_the_master() {
+    let deployment = SentinelDeployment::start();
+    let sentinels: Vec<String> = deployment
+        .sentinels
+        .iter()
+        .map(|s| format!("127.0.0.1:{}", s.port()))
+        .collect();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .sentinel(support::sentinel::MASTER_NAME, &sentinels)
+        .unwrap();
+    let g = within(LIMIT, move || {
+        client.mutex("built").lock().map(|g| g.fencing_token())
+    });
+    assert!(g.is_ok(), "{g:?}");
+    let err = Client::builder().sentinel("", &sentinels).unwrap_err();
+    assert!(err.is_config(), "{err}");
+    let none: [&str; 0] = [];
+    assert!(Client::builder()
+        .sentinel("mymaster", none)
+        .unwrap_err()
+        .is_config());
+}
+
+#[test]
+fn a_lock_the_new_master_lacks_is_reported_lost_never_silently() {
+    let deployment = SentinelDeployment::start();
+    let client = client(&deployment);
+    let g = client.mutex("forgotten").lock().unwrap();
+    let watch = g.lease_watch();
+    let new = deployment.failover();
+    // As if the promoted replica had not received the lock before the failover.
+    let _: () = redis::cmd("DEL")
+        .arg("redmutex:{forgotten}")
+        .query(&mut deployment.node(new).conn())
+        .unwrap();
+    assert!(watch.wait_timeout(LIMIT), "the loss was never reported");
+    assert!(g.is_lost());
+    assert!(g.unlock().unwrap_err().is_lock_lost());
 }
