@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use crate::config::{validate_lease, Config};
 use crate::connection::{
-    Address, AddressKind, Connections, IntoAddress, NodeClients, Sentinel, SentinelAddress,
-    SentinelSettings, Standalone,
+    Address, AddressKind, Cluster, ClusterAddress, ClusterSettings, Connections, IntoAddress,
+    NodeClients, Sentinel, SentinelAddress, SentinelSettings, Standalone,
 };
 #[cfg(feature = "tls")]
 use crate::connection::{ClientCertificate, TlsSettings};
@@ -545,6 +545,7 @@ impl Builder {
         let deployment = match url.into_address()?.kind {
             AddressKind::Server(info) => self.standalone(&config, info)?,
             AddressKind::Sentinel(address) => self.sentinel_deployment(&config, address)?,
+            AddressKind::Cluster(address) => self.cluster_deployment(&config, address)?,
         };
         Ok(Client {
             shared: Arc::new(LockContext::new(
@@ -577,6 +578,24 @@ impl Builder {
         )))
     }
 
+    /// A Cluster: seeds to read the slot map from, and a way to make clients for its nodes.
+    fn cluster_deployment(&self, config: &Config, address: ClusterAddress) -> Result<Connections> {
+        let builder = self.clone();
+        let (tls, data) = (address.tls, address.redis.clone());
+        let nodes: NodeClients = Box::new(move |host, port, protocol| {
+            let info = node_info(host, port, tls, data.clone().set_protocol(protocol))
+                .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+            builder.redis_client(info)
+        });
+        Ok(Connections::new(Cluster::new(ClusterSettings {
+            seeds: address.seeds,
+            nodes,
+            connect_timeout: config.connect_timeout,
+            response_timeout: config.response_timeout,
+            pool_size: config.pool_size,
+        })))
+    }
+
     /// A Sentinel deployment: a client per sentinel, and a way to make clients for the data
     /// nodes the sentinels name.
     fn sentinel_deployment(
@@ -584,21 +603,6 @@ impl Builder {
         config: &Config,
         address: SentinelAddress,
     ) -> Result<Connections> {
-        let node_info =
-            move |host: &str, port: u16, tls: bool, redis: redis::RedisConnectionInfo| {
-                let addr = if tls {
-                    redis::ConnectionAddr::TcpTls {
-                        host: host.to_owned(),
-                        port,
-                        insecure: false,
-                        tls_params: None,
-                    }
-                } else {
-                    redis::ConnectionAddr::Tcp(host.to_owned(), port)
-                };
-                redis::IntoConnectionInfo::into_connection_info((host.to_owned(), port))
-                    .map(|info| with_nodelay(info.set_addr(addr).set_redis_settings(redis)))
-            };
         let invalid = |e: redis::RedisError| Error::config(format!("invalid redis address: {e}"));
         let sentinel_redis = match &self.sentinel_auth {
             Some((user, password)) => {
@@ -645,6 +649,27 @@ impl Builder {
             pool_size: config.pool_size,
         })))
     }
+}
+
+/// The connection settings of a data node or a sentinel at (host, port).
+fn node_info(
+    host: &str,
+    port: u16,
+    tls: bool,
+    redis: redis::RedisConnectionInfo,
+) -> redis::RedisResult<redis::ConnectionInfo> {
+    let addr = if tls {
+        redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        redis::ConnectionAddr::Tcp(host.to_owned(), port)
+    };
+    redis::IntoConnectionInfo::into_connection_info((host.to_owned(), port))
+        .map(|info| with_nodelay(info.set_addr(addr).set_redis_settings(redis)))
 }
 
 /// A lock's round trips are small request/reply pairs: never let Nagle hold one back.

@@ -281,6 +281,15 @@ impl Error {
             .is_some_and(|c| c == code)
     }
 
+    /// The `host:port` a `MOVED` or `ASK` reply names.
+    pub(crate) fn redirect_target(&self) -> Option<String> {
+        self.source
+            .as_deref()
+            .and_then(|s| s.downcast_ref::<redis::RedisError>())
+            .and_then(redis::RedisError::redirect_node)
+            .map(|(addr, _)| addr.to_owned())
+    }
+
     /// Marks an error that happened before anything was sent.
     pub(crate) fn at_checkout(mut self) -> Self {
         self.at_checkout = true;

@@ -7,6 +7,8 @@
 //!   are also asked with, unless `Builder::sentinel_credentials` gives theirs). Sentinel ports
 //!   default to 26379. This is the form of the `redis+sentinel` scheme that Celery, Kombu and
 //!   other clients read.
+//! - `redis+cluster://[user:password@]host1[:port1][,host2[:port2]…]`, and
+//!   `rediss+cluster://…` (TLS): seed nodes of a Redis Cluster (ports default to 6379).
 
 use std::fmt;
 
@@ -33,6 +35,17 @@ pub struct Address {
 pub(crate) enum AddressKind {
     Server(redis::ConnectionInfo),
     Sentinel(SentinelAddress),
+    Cluster(ClusterAddress),
+}
+
+/// The parts of a `redis+cluster://` URL.
+#[derive(Clone)]
+pub(crate) struct ClusterAddress {
+    /// Nodes to read the slot map from first.
+    pub(crate) seeds: Vec<(String, u16)>,
+    pub(crate) tls: bool,
+    /// Credentials of the nodes.
+    pub(crate) redis: redis::RedisConnectionInfo,
 }
 
 /// The parts of a `redis+sentinel://` URL.
@@ -65,6 +78,18 @@ impl Address {
     /// # Ok::<(), redmutex::Error>(())
     /// ```
     pub fn parse(url: &str) -> Result<Address> {
+        let cluster = url
+            .strip_prefix("redis+cluster://")
+            .map(|rest| (false, rest))
+            .or_else(|| {
+                url.strip_prefix("rediss+cluster://")
+                    .map(|rest| (true, rest))
+            });
+        if let Some((tls, rest)) = cluster {
+            return parse_cluster(tls, rest).map(|c| Address {
+                kind: AddressKind::Cluster(c),
+            });
+        }
         let (tls, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
             (false, rest)
         } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
@@ -82,14 +107,21 @@ impl Address {
     }
 }
 
-fn parse_sentinel(tls: bool, rest: &str) -> Result<SentinelAddress> {
-    let bad = |why: &str| Error::config(format!("invalid sentinel address: {why}"));
+/// Hosts, credentials, and the path that follows them in a URL.
+type Hosts<'a> = (Vec<(String, u16)>, redis::RedisConnectionInfo, &'a str);
+
+/// `[user:password@]host[:port],host[:port]…` and what follows the first `/`.
+fn parse_hosts<'a>(
+    rest: &'a str,
+    default_port: u16,
+    bad: &dyn Fn(&str) -> Error,
+) -> Result<Hosts<'a>> {
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (userinfo, hosts) = match authority.rsplit_once('@') {
         Some((userinfo, hosts)) => (Some(userinfo), hosts),
         None => (None, authority),
     };
-    let mut sentinels = Vec::new();
+    let mut nodes = Vec::new();
     for host in hosts.split(',').filter(|h| !h.is_empty()) {
         let (name, port) = match host.rsplit_once(':') {
             Some((name, port)) => (
@@ -97,31 +129,17 @@ fn parse_sentinel(tls: bool, rest: &str) -> Result<SentinelAddress> {
                 port.parse::<u16>()
                     .map_err(|_| bad(&format!("{port:?} is not a port")))?,
             ),
-            None => (host, SENTINEL_PORT),
+            None => (host, default_port),
         };
         if name.is_empty() {
-            return Err(bad("a sentinel without a host"));
+            return Err(bad("a node without a host"));
         }
-        sentinels.push((name.to_owned(), port));
+        nodes.push((name.to_owned(), port));
     }
-    if sentinels.is_empty() {
-        return Err(bad("no sentinel host"));
+    if nodes.is_empty() {
+        return Err(bad("no host"));
     }
-    let mut parts = path.split('/');
-    let master_name = parts.next().unwrap_or("");
-    if master_name.is_empty() {
-        return Err(bad(
-            "no master name (redis+sentinel://host:port,host:port/master-name)",
-        ));
-    }
-    let master_name = percent_decode(master_name).map_err(|e| bad(&e))?;
     let mut redis = redis::RedisConnectionInfo::default();
-    if let Some(db) = parts.next().filter(|d| !d.is_empty()) {
-        let db: i64 = db
-            .parse()
-            .map_err(|_| bad(&format!("{db:?} is not a database number")))?;
-        redis = redis.set_db(db);
-    }
     if let Some(userinfo) = userinfo {
         let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
         if !user.is_empty() {
@@ -131,12 +149,43 @@ fn parse_sentinel(tls: bool, rest: &str) -> Result<SentinelAddress> {
             redis = redis.set_password(percent_decode(password).map_err(|e| bad(&e))?);
         }
     }
+    Ok((nodes, redis, path))
+}
+
+fn parse_sentinel(tls: bool, rest: &str) -> Result<SentinelAddress> {
+    let bad = |why: &str| Error::config(format!("invalid sentinel address: {why}"));
+    let (sentinels, mut redis, path) = parse_hosts(rest, SENTINEL_PORT, &bad)?;
+    let mut parts = path.split('/');
+    let master_name = parts.next().unwrap_or("");
+    if master_name.is_empty() {
+        return Err(bad(
+            "no master name (redis+sentinel://host:port,host:port/master-name)",
+        ));
+    }
+    let master_name = percent_decode(master_name).map_err(|e| bad(&e))?;
+    if let Some(db) = parts.next().filter(|d| !d.is_empty()) {
+        let db: i64 = db
+            .parse()
+            .map_err(|_| bad(&format!("{db:?} is not a database number")))?;
+        redis = redis.set_db(db);
+    }
     Ok(SentinelAddress {
         master_name,
         sentinels,
         tls,
         redis,
     })
+}
+
+fn parse_cluster(tls: bool, rest: &str) -> Result<ClusterAddress> {
+    let bad = |why: &str| Error::config(format!("invalid cluster address: {why}"));
+    let (seeds, redis, path) = parse_hosts(rest, 6379, &bad)?;
+    if !path.is_empty() {
+        return Err(bad(
+            "a cluster has only database 0: no path after the hosts",
+        ));
+    }
+    Ok(ClusterAddress { seeds, tls, redis })
 }
 
 /// Decodes `%XX` escapes (user names, passwords and names may hold any byte).
@@ -172,6 +221,11 @@ impl fmt::Debug for Address {
                 .field("sentinels", &s.sentinels)
                 .field("master_name", &s.master_name)
                 .field("tls", &s.tls)
+                .finish_non_exhaustive(),
+            AddressKind::Cluster(c) => f
+                .debug_struct("Address")
+                .field("cluster_seeds", &c.seeds)
+                .field("tls", &c.tls)
                 .finish_non_exhaustive(),
         }
     }
@@ -216,7 +270,7 @@ mod tests {
     fn sentinel(url: &str) -> SentinelAddress {
         match Address::parse(url).unwrap().kind {
             AddressKind::Sentinel(s) => s,
-            AddressKind::Server(_) => panic!("{url} parsed as one server"),
+            _ => panic!("{url} did not parse as a sentinel address"),
         }
     }
 
@@ -241,6 +295,22 @@ mod tests {
             Address::parse("redis+sentinel://u:secret@h/m").unwrap()
         );
         assert!(!dbg.contains("secret"), "{dbg}");
+    }
+
+    #[test]
+    fn cluster_urls_name_seeds_and_credentials() {
+        let AddressKind::Cluster(c) = Address::parse("redis+cluster://:pw@n1:7000,n2")
+            .unwrap()
+            .kind
+        else {
+            panic!("not a cluster address");
+        };
+        assert_eq!(c.seeds, [("n1".to_owned(), 7000), ("n2".to_owned(), 6379)]);
+        assert_eq!(c.redis.password(), Some("pw"));
+        assert!(Address::parse("redis+cluster://").unwrap_err().is_config());
+        assert!(Address::parse("redis+cluster://n1/3")
+            .unwrap_err()
+            .is_config());
     }
 
     #[test]

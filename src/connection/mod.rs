@@ -13,6 +13,7 @@
 //! [`Deployment`].
 
 mod address;
+mod cluster;
 mod pool;
 mod sentinel;
 mod standalone;
@@ -24,9 +25,26 @@ use redis::{Script, ScriptInvocation};
 use crate::error::{Doing, Error, Result, Server};
 
 pub use address::{Address, IntoAddress};
-pub(crate) use address::{AddressKind, SentinelAddress};
+pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
+pub(crate) use cluster::{Cluster, ClusterSettings};
 pub(crate) use pool::{Checkout, Pool};
-pub(crate) use sentinel::{NodeClients, Sentinel, SentinelSettings};
+pub(crate) use sentinel::{Sentinel, SentinelSettings};
+
+/// Makes a redis-rs client for a data node at (host, port), with the data nodes' credentials
+/// and TLS, speaking the protocol given.
+pub(crate) type NodeClients =
+    Box<dyn Fn(&str, u16, redis::ProtocolVersion) -> Result<redis::Client> + Send + Sync>;
+
+/// Where a call that a server redirected goes next.
+pub(crate) enum Redirect {
+    /// Route it again: the deployment's map changed (`MOVED`).
+    Again,
+    /// Send it once to this shard, after `ASKING` (`ASK`: a slot being migrated).
+    Ask(usize),
+}
+
+/// How many redirections one call follows at most.
+const MAX_REDIRECTS: usize = 5;
 pub(crate) use standalone::Standalone;
 #[cfg(feature = "tls")]
 pub(crate) use tls::{ClientCertificate, TlsSettings};
@@ -59,6 +77,12 @@ pub(crate) trait Deployment: Send + Sync {
 
     /// Stops what the deployment runs in the background, for good.
     fn shutdown(&self) {}
+
+    /// Where a call that failed with `err` goes next, when the server redirected it (a
+    /// Cluster's `MOVED` and `ASK`). Called after `call_failed`.
+    fn redirect(&self, _err: &Error) -> Option<Redirect> {
+        None
+    }
 }
 
 /// What the rest of the crate talks to Redis through.
@@ -110,20 +134,45 @@ impl Connections {
         }
     }
 
-    /// Runs one call for the lock routed by `route`, on the server that owns it.
+    /// Runs one call for the lock routed by `route`, on the server that owns it, following a
+    /// few redirections (`MOVED`, `ASK`: the call was not run, so it is sent again), without
+    /// ever sleeping.
     #[inline]
     pub(crate) fn call<T>(
         &self,
         route: &str,
         doing: Doing<'_>,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let shard = self.deployment.shard_of(route);
-        let result = self.deployment.checkout(shard, doing)?.call(doing, f);
-        if let Err(e) = &result {
+        let mut shard = self.deployment.shard_of(route);
+        let mut asking = false;
+        let mut redirects = 0;
+        loop {
+            let mut conn = self.deployment.checkout(shard, doing)?;
+            let result = match asking {
+                false => conn.call(doing, &f),
+                true => conn.call(doing, |c| {
+                    redis::cmd("ASKING").query::<()>(c)?;
+                    f(c)
+                }),
+            };
+            let Err(e) = &result else {
+                return result;
+            };
             self.deployment.call_failed(shard, e);
+            redirects += 1;
+            match self.deployment.redirect(e) {
+                Some(Redirect::Again) if redirects <= MAX_REDIRECTS => {
+                    shard = self.deployment.shard_of(route);
+                    asking = false;
+                }
+                Some(Redirect::Ask(to)) if redirects <= MAX_REDIRECTS => {
+                    shard = to;
+                    asking = true;
+                }
+                _ => return result,
+            }
         }
-        result
     }
 
     /// Runs script calls grouped by server, one pipelined round trip per server, and returns

@@ -16,13 +16,8 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::connection::{Checkout, Deployment, Pool};
+use crate::connection::{Checkout, Deployment, NodeClients, Pool};
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
-
-/// Makes a redis-rs client for a data node at (host, port), with the data nodes' credentials
-/// and TLS, speaking the protocol given.
-pub(crate) type NodeClients =
-    Box<dyn Fn(&str, u16, redis::ProtocolVersion) -> Result<redis::Client> + Send + Sync>;
 
 /// How to reach a Sentinel deployment.
 pub(crate) struct SentinelSettings {

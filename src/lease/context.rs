@@ -106,13 +106,13 @@ impl LockContext {
         }
     }
 
-    /// Runs one call, once.
+    /// Runs one call, once (a redirection by a Cluster aside: the call did not run then).
     #[inline]
     pub(crate) fn call_once<T>(
         &self,
         route: &str,
         doing: Doing<'_>,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T> {
         self.connections.call(route, doing, f)
     }

@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod sentinel;
 pub mod tls;
 
@@ -151,11 +152,17 @@ impl RedisServer {
 
     /// A field of `INFO <section>` as text, such as `master_link_status` in `replication`.
     pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        self.info_field_of("INFO", section, field)
+    }
+
+    /// A field of the `field:value` text that `command [arg]` answers (`INFO replication`,
+    /// `CLUSTER INFO`).
+    pub fn info_field_of(&self, command: &str, arg: &str, field: &str) -> Option<String> {
         let client = redis::Client::open(self.url()).ok()?;
         let mut conn = client
             .get_connection_with_timeout(Duration::from_secs(2))
             .ok()?;
-        let info: String = redis::cmd("INFO").arg(section).query(&mut conn).ok()?;
+        let info: String = redis::cmd(command).arg(arg).query(&mut conn).ok()?;
         let prefix = format!("{field}:");
         info.lines()
             .find_map(|l| l.strip_prefix(prefix.as_str()))

@@ -1,0 +1,339 @@
+//! Redis Cluster: locks routed by hash slot to the master that owns them, one pool per
+//! master, the slot map refreshed when a reply says it moved.
+//!
+//! Every key of a lock shares the hash tag of its name, so one slot, one master, serves a
+//! lock. The slot map comes from `CLUSTER SLOTS` of the first seed (or known master) that
+//! answers; `MOVED` refreshes it and sends the call again, `ASK` sends it once to the node
+//! named, after `ASKING` (both within the caller's deadline: `Connections::call` follows at
+//! most a few redirections and never sleeps). A call that timed out is never re-sent.
+//! Releases are announced with classic `PUBLISH`, which the cluster bus carries to every
+//! node, so the subscriber listens on one master.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::connection::{Checkout, Deployment, NodeClients, Pool, Redirect};
+use crate::error::{Doing, Error, ErrorKind, Result, Server};
+
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: usize = 16384;
+
+/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part between the first `{`
+/// and the next `}`, when not empty), else of the whole key, modulo 16384.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) % SLOTS as u16
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in bytes {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// How to reach a cluster.
+pub(crate) struct ClusterSettings {
+    /// Nodes to ask for the slot map first.
+    pub(crate) seeds: Vec<(String, u16)>,
+    pub(crate) nodes: NodeClients,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) pool_size: u32,
+}
+
+/// One master: its address, its pool and its subscriber client.
+struct Shard {
+    host: String,
+    port: u16,
+    pool: Pool,
+    subscriber: redis::Client,
+}
+
+#[derive(Default)]
+struct SlotMap {
+    /// The shard of each slot (`u16::MAX`: no master serves it).
+    owner: Vec<u16>,
+    shards: Vec<Arc<Shard>>,
+}
+
+/// A cluster deployment: one shard per master.
+pub(crate) struct Cluster {
+    settings: ClusterSettings,
+    map: RwLock<SlotMap>,
+    refreshing: Mutex<()>,
+    generation: AtomicU64,
+    /// The error of the last failed refresh, for calls that find no map.
+    last_error: Mutex<Option<Error>>,
+}
+
+/// The shard index that stands for "no master known for this slot".
+const UNKNOWN: usize = usize::MAX;
+
+impl Cluster {
+    pub(crate) fn new(settings: ClusterSettings) -> Self {
+        Cluster {
+            settings,
+            map: RwLock::new(SlotMap::default()),
+            refreshing: Mutex::new(()),
+            generation: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    /// Loads the slot map again from the first node that answers: the known masters first,
+    /// then the seeds.
+    fn refresh(&self) {
+        let _one_at_a_time = self.refreshing.lock();
+        let mut candidates: Vec<(String, u16)> = self
+            .map
+            .read()
+            .shards
+            .iter()
+            .map(|s| (s.host.clone(), s.port))
+            .collect();
+        candidates.extend(self.settings.seeds.iter().cloned());
+        let mut failures = Vec::new();
+        for (host, port) in candidates {
+            match self.slots_from(&host, port) {
+                Ok(map) => {
+                    *self.map.write() = map;
+                    *self.last_error.lock() = None;
+                    self.generation.fetch_add(1, Ordering::AcqRel);
+                    return;
+                }
+                Err(e) => failures.push(format!("{host}:{port}: {e}")),
+            }
+        }
+        *self.last_error.lock() = Some(Error::new(
+            ErrorKind::Connection,
+            format!(
+                "no node of the cluster answered CLUSTER SLOTS: {}",
+                failures.join("; ")
+            ),
+        ));
+    }
+
+    fn slots_from(&self, host: &str, port: u16) -> Result<SlotMap> {
+        let s = &self.settings;
+        let server = self.server_at(host, port);
+        let doing = Doing::work("reading the cluster's slot map");
+        let client = (s.nodes)(host, port, redis::ProtocolVersion::RESP2)?;
+        let ranges: Vec<redis::Value> = (|| {
+            let mut conn = client.get_connection_with_timeout(s.connect_timeout)?;
+            conn.set_read_timeout(Some(s.response_timeout))?;
+            conn.set_write_timeout(Some(s.response_timeout))?;
+            redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)
+        })()
+        .map_err(|e| Error::from_call(&server, doing, e))?;
+        let old: Vec<Arc<Shard>> = self.map.read().shards.clone();
+        let mut map = SlotMap {
+            owner: vec![u16::MAX; SLOTS],
+            shards: Vec::new(),
+        };
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let int = |v: Option<&redis::Value>| {
+                v.and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+            };
+            let (Some(start), Some(end)) = (int(parts.first()), int(parts.get(1))) else {
+                continue;
+            };
+            let Some(redis::Value::Array(master)) = parts.get(2) else {
+                continue;
+            };
+            let node_host = master
+                .first()
+                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| host.to_owned());
+            let Some(node_port) = int(master.get(1)).and_then(|p| u16::try_from(p).ok()) else {
+                continue;
+            };
+            let index = match map
+                .shards
+                .iter()
+                .position(|s| s.host == node_host && s.port == node_port)
+            {
+                Some(i) => i,
+                None => {
+                    let shard = match old
+                        .iter()
+                        .find(|s| s.host == node_host && s.port == node_port)
+                    {
+                        Some(kept) => Arc::clone(kept),
+                        None => Arc::new(self.shard(&node_host, node_port)?),
+                    };
+                    map.shards.push(shard);
+                    map.shards.len() - 1
+                }
+            };
+            let (start, end) = (start.max(0) as usize, (end as usize).min(SLOTS - 1));
+            for slot in start..=end {
+                map.owner[slot] = index as u16;
+            }
+        }
+        if map.shards.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Connection,
+                format!("{host}:{port} reported no slots: is it a cluster node?"),
+            ));
+        }
+        Ok(map)
+    }
+
+    fn shard(&self, host: &str, port: u16) -> Result<Shard> {
+        let s = &self.settings;
+        Ok(Shard {
+            host: host.to_owned(),
+            port,
+            pool: Pool::new(
+                (s.nodes)(host, port, redis::ProtocolVersion::RESP2)?,
+                self.server_at(host, port),
+                s.pool_size,
+            ),
+            subscriber: (s.nodes)(host, port, redis::ProtocolVersion::RESP3)?,
+        })
+    }
+
+    fn server_at(&self, host: &str, port: u16) -> Server {
+        Server {
+            address: Arc::from(format!("{host}:{port}")),
+            connect_timeout: self.settings.connect_timeout,
+            response_timeout: self.settings.response_timeout,
+        }
+    }
+
+    fn shard_at(&self, shard: usize) -> Option<Arc<Shard>> {
+        self.map.read().shards.get(shard).cloned()
+    }
+
+    fn no_master(&self, doing: Doing<'_>) -> Error {
+        match self.last_error.lock().clone() {
+            Some(e) => e.at_checkout(),
+            None => Error::new(
+                ErrorKind::Server,
+                format!("no master of the cluster serves the slot of this lock while {doing} (CLUSTERDOWN)"),
+            )
+            .at_checkout(),
+        }
+    }
+}
+
+impl Deployment for Cluster {
+    fn shard_of(&self, route: &str) -> usize {
+        let slot = usize::from(slot_of(route.as_bytes()));
+        if self.map.read().shards.is_empty() {
+            self.refresh();
+        }
+        match self.map.read().owner.get(slot) {
+            Some(&owner) if owner != u16::MAX => usize::from(owner),
+            _ => UNKNOWN,
+        }
+    }
+
+    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
+        match self.shard_at(shard) {
+            Some(s) => s.pool.get(doing),
+            None => Err(self.no_master(doing)),
+        }
+    }
+
+    fn subscriber_connection(&self, shard: usize) -> redis::RedisResult<redis::Connection> {
+        let s = self
+            .shard_at(shard)
+            .or_else(|| self.shard_at(0))
+            .ok_or_else(|| {
+                redis::RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "no master of the cluster is known",
+                ))
+            })?;
+        let conn = s
+            .subscriber
+            .get_connection_with_timeout(self.settings.connect_timeout)?;
+        conn.set_write_timeout(Some(self.settings.response_timeout))?;
+        Ok(conn)
+    }
+
+    fn server(&self, shard: usize) -> Server {
+        match self.shard_at(shard) {
+            Some(s) => s.pool.server().clone(),
+            None => Server {
+                address: Arc::from("the cluster"),
+                connect_timeout: self.settings.connect_timeout,
+                response_timeout: self.settings.response_timeout,
+            },
+        }
+    }
+
+    fn call_failed(&self, _shard: usize, err: &Error) {
+        let moved = err.is_server_code("MOVED") || err.is_server_code("CLUSTERDOWN");
+        let dropped = err.is_connection() && !err.is_checkout();
+        if moved || dropped {
+            self.refresh();
+        }
+    }
+
+    fn redirect(&self, err: &Error) -> Option<Redirect> {
+        if err.is_server_code("MOVED") {
+            // The map was refreshed by `call_failed`: route again.
+            return Some(Redirect::Again);
+        }
+        if err.is_server_code("ASK") {
+            let target = err.redirect_target()?;
+            let (host, port) = target.rsplit_once(':')?;
+            let port: u16 = port.parse().ok()?;
+            let map = self.map.read();
+            let shard = map
+                .shards
+                .iter()
+                .position(|s| s.host == host && s.port == port)?;
+            return Some(Redirect::Ask(shard));
+        }
+        None
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_hash_tag_like_redis() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(slot_of(b"foo"), 12182);
+        assert_eq!(slot_of(b"123456789"), 12739);
+        assert_eq!(slot_of(b"redmutex:{foo}"), slot_of(b"foo"));
+        assert_eq!(slot_of(b"redmutex:{foo}:fence"), 12182);
+        assert_eq!(slot_of(b"{}foo"), slot_of(b"{}foo"));
+        assert_ne!(slot_of(b"{}foo"), slot_of(b"foo"));
+    }
+}

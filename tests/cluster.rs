@@ -1,0 +1,190 @@
+//! Redis Cluster: locks routed to the master of their slot, on all three shards, across a
+//! failover, and clear errors when a slot has no master or no node answers. Every node is a
+//! real process the test starts.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redmutex::{Client, ErrorKind};
+use support::cluster::ClusterDeployment;
+use support::{eventually, within};
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// One cluster (six servers) at a time: two cores cannot run several without nodes missing
+/// each other's heartbeats.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn client(cluster: &ClusterDeployment) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .default_lease(Duration::from_secs(6))
+        .renewal_interval(Duration::from_millis(500))
+        .open(cluster.url())
+        .expect("client")
+}
+
+#[test]
+fn locks_live_on_the_master_of_their_slot_on_every_shard() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let client = client(&cluster);
+    let guards: Vec<_> = (0..30)
+        .map(|i| client.mutex(format!("order:{i}")).lock().unwrap())
+        .collect();
+    let mut masters = BTreeSet::new();
+    for i in 0..30 {
+        let key = format!("redmutex:{{order:{i}}}");
+        let master = cluster.master_of(&key);
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut master.conn())
+            .unwrap();
+        assert!(exists, "{key} is not on the master of its slot");
+        masters.insert(master.port());
+    }
+    assert_eq!(
+        masters.len(),
+        3,
+        "the locks did not spread over the three shards"
+    );
+    // Renewal goes on for all of them, one round trip per master per period.
+    let before = client.stats();
+    assert!(eventually(LIMIT, || client.stats().renewals >= before.renewals + 60));
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    drop(guards);
+    assert_eq!(client.stats().renewed_leases, 0);
+}
+
+#[test]
+fn threads_take_turns_through_the_cluster_and_waiters_are_woken() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let client = client(&cluster);
+    let inside = Arc::new(AtomicU64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, inside, overlaps) = (client.clone(), inside.clone(), overlaps.clone());
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let g = client.mutex("counter").lock().unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(client.stats().acquisitions, 80);
+    assert!(client.stats().notifications > 0, "no release was announced");
+}
+
+#[test]
+fn a_lock_is_kept_across_a_cluster_failover() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .default_lease(Duration::from_secs(6))
+        .renewal_interval(Duration::from_millis(500))
+        .replica_acks(1, Duration::from_secs(1))
+        .open(cluster.url())
+        .unwrap();
+    let g = client.mutex("kept").lock().unwrap();
+    let token = g.fencing_token();
+    let master = cluster.master_of("redmutex:{kept}").port();
+    let replica = cluster
+        .replica_of(cluster.master_of("redmutex:{kept}"))
+        .port();
+    // A manual failover gives up when the master does not answer in time: ask again.
+    let promoted = eventually(LIMIT, || {
+        let node = cluster.nodes.iter().find(|n| n.port() == replica).unwrap();
+        let _: redis::RedisResult<()> = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .query(&mut node.conn());
+        eventually(Duration::from_secs(10), || {
+            node.info_field("replication", "role").as_deref() == Some("master")
+        })
+    });
+    assert!(promoted, "the replica was never promoted");
+    let renewals = client.stats().renewals;
+    assert!(eventually(LIMIT, || client.stats().renewals >= renewals + 4));
+    if g.is_lost() {
+        panic!("the lease was lost across the failover: {:?}", g.verify());
+    }
+    assert!(g.verify().is_ok());
+    g.unlock().unwrap();
+    assert_ne!(master, replica);
+    assert!(eventually(LIMIT, || cluster.ok()));
+    let next = client.mutex("kept").lock().unwrap();
+    assert!(next.fencing_token() > token);
+}
+
+#[test]
+fn a_slot_without_a_master_is_a_clear_error_within_the_deadline() {
+    let _one = one_cluster();
+    let mut cluster = ClusterDeployment::start();
+    let client = client(&cluster);
+    drop(client.mutex("lonely").lock().unwrap());
+    let master = cluster.master_of("redmutex:{lonely}").port();
+    let replica = cluster
+        .replica_of(cluster.master_of("redmutex:{lonely}"))
+        .port();
+    for port in [replica, master] {
+        cluster
+            .nodes
+            .iter_mut()
+            .find(|n| n.port() == port)
+            .unwrap()
+            .kill();
+    }
+    let started = Instant::now();
+    let err = within(LIMIT, move || client.mutex("lonely").try_lock().map(drop)).unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Server
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn seeds_where_no_node_answers_are_a_connection_error() {
+    let ports: Vec<u16> = (0..2).map(|_| support::free_port()).collect();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .open(format!(
+            "redis+cluster://127.0.0.1:{},127.0.0.1:{}",
+            ports[0], ports[1]
+        ))
+        .unwrap();
+    let started = Instant::now();
+    let err = within(LIMIT, move || client.mutex("x").try_lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(Client::open("redis+cluster://").unwrap_err().is_config());
+}

@@ -1,0 +1,128 @@
+//! A Redis Cluster for tests: three masters and three replicas on free loopback ports,
+//! created with `redis-cli --cluster create`, with helpers to find, fail over and kill nodes.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use super::RedisServer;
+
+/// Three masters with one replica each.
+pub struct ClusterDeployment {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl ClusterDeployment {
+    pub fn start() -> ClusterDeployment {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "2000",
+                    "--repl-diskless-sync-delay",
+                    "0",
+                ])
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        let status = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("run redis-cli --cluster create");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let cluster = ClusterDeployment { nodes };
+        assert!(
+            super::eventually(Duration::from_secs(60), || cluster.ok()),
+            "the cluster did not reach cluster_state:ok"
+        );
+        cluster
+    }
+
+    /// Every node says `cluster_state:ok`, and every replica's link is up.
+    pub fn ok(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            n.info_field_of("CLUSTER", "INFO", "cluster_state")
+                .as_deref()
+                == Some("ok")
+        }) && self.nodes.iter().all(|n| {
+            n.info_field("replication", "role").as_deref() != Some("slave")
+                || n.info_field("replication", "master_link_status").as_deref() == Some("up")
+        })
+    }
+
+    /// `redis+cluster://127.0.0.1:<p1>,127.0.0.1:<p2>`
+    pub fn url(&self) -> String {
+        format!(
+            "redis+cluster://127.0.0.1:{},127.0.0.1:{}",
+            self.nodes[0].port(),
+            self.nodes[1].port()
+        )
+    }
+
+    /// The masters.
+    pub fn masters(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.info_field("replication", "role").as_deref() == Some("master"))
+            .collect()
+    }
+
+    /// The node that serves `key` as master now.
+    pub fn master_of(&self, key: &str) -> &RedisServer {
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .expect("CLUSTER KEYSLOT");
+        self.masters()
+            .into_iter()
+            .find(|m| owns(m, slot))
+            .expect("a master for the slot")
+    }
+
+    /// The replica of `master`.
+    pub fn replica_of(&self, master: &RedisServer) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| {
+                n.info_field("replication", "master_port").as_deref()
+                    == Some(master.port().to_string().as_str())
+            })
+            .expect("a replica of that master")
+    }
+}
+
+/// Whether `node` serves `slot` (from its own `CLUSTER SLOTS`).
+fn owns(node: &RedisServer, slot: i64) -> bool {
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut node.conn())
+        .unwrap_or_default();
+    ranges.iter().any(|r| {
+        let redis::Value::Array(parts) = r else {
+            return false;
+        };
+        let int = |i: usize| {
+            parts
+                .get(i)
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+        };
+        let port = match parts.get(2) {
+            Some(redis::Value::Array(m)) => m
+                .get(1)
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()),
+            _ => None,
+        };
+        matches!((int(0), int(1)), (Some(a), Some(b)) if a <= slot && slot <= b)
+            && port == Some(i64::from(node.port()))
+    })
+}
