@@ -188,3 +188,40 @@ fn seeds_where_no_node_answers_are_a_connection_error() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(Client::open("redis+cluster://").unwrap_err().is_config());
 }
+
+#[test]
+fn a_lock_follows_its_slot_when_the_slot_migrates() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let holder = client(&cluster);
+    let waiter = client(&cluster);
+    let g = holder.mutex("moving").lock().unwrap();
+    let from = cluster.master_of("redmutex:{moving}").port();
+    let to_port = cluster
+        .masters()
+        .into_iter()
+        .map(|m| m.port())
+        .find(|p| *p != from)
+        .unwrap();
+    let w = waiter.clone();
+    let t = std::thread::spawn(move || {
+        w.mutex("moving")
+            .try_lock_for(LIMIT)
+            .map(|g| g.map(|g| g.fencing_token()))
+    });
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 1));
+    let to = cluster.nodes.iter().find(|n| n.port() == to_port).unwrap();
+    cluster.migrate_slot_of("redmutex:{moving}", to);
+    assert_eq!(cluster.master_of("redmutex:{moving}").port(), to_port);
+    // Renewal follows the key to its new master: the lease outlives its length.
+    std::thread::sleep(Duration::from_secs(7));
+    if g.is_lost() {
+        panic!("the lease was lost when its slot moved: {:?}", g.verify());
+    }
+    assert!(g.verify().is_ok());
+    let token = g.fencing_token();
+    g.unlock().unwrap();
+    // The waiter gets it after the release, on the new master.
+    let got = within(LIMIT, move || t.join().unwrap()).unwrap();
+    assert!(got.is_some_and(|next| next > token), "{got:?}");
+}

@@ -186,6 +186,31 @@ impl Connections {
         calls: &[Routed<'_>],
         doing: Doing<'_>,
     ) -> (Vec<Result<redis::Value>>, u64) {
+        let (mut outcomes, mut trips) = self.call_batch_once(calls, doing);
+        // Calls that a server redirected (`MOVED`: the deployment has read its map again, in
+        // `call_failed`) did not run: send them once more, routed afresh.
+        let moved: Vec<usize> = outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| matches!(o, Ok(redis::Value::ServerError(e)) if e.code() == "MOVED"))
+            .map(|(i, _)| i)
+            .collect();
+        if !moved.is_empty() {
+            let again: Vec<Routed<'_>> = moved.iter().map(|&i| calls[i]).collect();
+            let (replies, more) = self.call_batch_once(&again, doing);
+            trips += more;
+            for (i, reply) in moved.into_iter().zip(replies) {
+                outcomes[i] = reply;
+            }
+        }
+        (outcomes, trips)
+    }
+
+    fn call_batch_once(
+        &self,
+        calls: &[Routed<'_>],
+        doing: Doing<'_>,
+    ) -> (Vec<Result<redis::Value>>, u64) {
         let mut trips = 0;
         let mut outcomes: Vec<Option<Result<redis::Value>>> = calls.iter().map(|_| None).collect();
         let mut by_shard: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -261,12 +286,11 @@ impl Connections {
         match &result {
             Err(e) => self.deployment.call_failed(shard, e),
             // Error replies inside a batch tell the deployment as much as a failed call does
-            // (`READONLY`: the master was demoted).
+            // (`READONLY`: the master was demoted; `MOVED`: the slot map changed).
             Ok(replies) => {
-                if let Some(redis::Value::ServerError(e)) = replies
-                    .iter()
-                    .find(|r| matches!(r, redis::Value::ServerError(e) if e.code() == "READONLY"))
-                {
+                if let Some(redis::Value::ServerError(e)) = replies.iter().find(|r| {
+                    matches!(r, redis::Value::ServerError(e) if matches!(e.code(), "READONLY" | "MOVED"))
+                }) {
                     let server = self.deployment.server(shard);
                     let err = Error::from_call(&server, doing, redis::RedisError::from(e.clone()));
                     self.deployment.call_failed(shard, &err);

@@ -126,3 +126,60 @@ fn owns(node: &RedisServer, slot: i64) -> bool {
             && port == Some(i64::from(node.port()))
     })
 }
+
+impl ClusterDeployment {
+    /// The node id of `node`.
+    pub fn node_id(&self, node: &RedisServer) -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut node.conn())
+            .expect("CLUSTER MYID")
+    }
+
+    /// Moves the slot of `key` (and every key in it) from its master to `to`, the way
+    /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, MIGRATE, then NODE.
+    pub fn migrate_slot_of(&self, key: &str, to: &RedisServer) {
+        let from = self.master_of(key);
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut from.conn())
+            .expect("CLUSTER KEYSLOT");
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let setslot = |node: &RedisServer, how: &str, id: &str| {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(how)
+                .arg(id)
+                .query(&mut node.conn())
+                .expect("CLUSTER SETSLOT");
+        };
+        setslot(to, "IMPORTING", &from_id);
+        setslot(from, "MIGRATING", &to_id);
+        loop {
+            let keys: Vec<String> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(100)
+                .query(&mut from.conn())
+                .expect("CLUSTER GETKEYSINSLOT");
+            if keys.is_empty() {
+                break;
+            }
+            let _: () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(to.port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut from.conn())
+                .expect("MIGRATE");
+        }
+        for node in self.masters() {
+            setslot(node, "NODE", &to_id);
+        }
+    }
+}
