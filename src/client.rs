@@ -490,34 +490,7 @@ impl Builder {
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
-        let mut hosts = Vec::new();
-        let (mut tls, mut redis) = (false, None);
-        for sentinel in sentinels {
-            let sentinel = sentinel.as_ref();
-            let url = match sentinel.contains("://") {
-                true => sentinel.to_owned(),
-                false => format!("redis://{sentinel}"),
-            };
-            let info =
-                redis::IntoConnectionInfo::into_connection_info(url.as_str()).map_err(|e| {
-                    Error::config(format!("invalid sentinel address {sentinel:?}: {e}"))
-                })?;
-            let (host, port, is_tls) = match info.addr() {
-                redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port, false),
-                redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port, true),
-                _ => {
-                    return Err(Error::config(format!(
-                        "invalid sentinel address {sentinel:?}: sentinels are reached over TCP"
-                    )))
-                }
-            };
-            tls |= is_tls;
-            redis.get_or_insert_with(|| info.redis_settings().clone());
-            hosts.push((host, port));
-        }
-        if hosts.is_empty() {
-            return Err(Error::config("no sentinel address given"));
-        }
+        let (hosts, tls, redis) = tcp_nodes(sentinels, "sentinel")?;
         if master_name.is_empty() {
             return Err(Error::config("the sentinel master name is empty"));
         }
@@ -525,10 +498,42 @@ impl Builder {
             master_name: master_name.to_owned(),
             sentinels: hosts,
             tls,
-            redis: redis.unwrap_or_default(),
+            redis,
         };
         self.open(Address {
             kind: AddressKind::Sentinel(address),
+        })
+    }
+
+    /// Checks the settings and makes a client for the Redis Cluster that `seeds` belong to
+    /// (each `host:port`, or a `redis://[user:password@]host:port` / `rediss://…` URL; a few
+    /// are enough, the rest is read from the cluster). Connects to nothing.
+    ///
+    /// The credentials of the first seed URL are used for every node; a `rediss://` seed
+    /// means TLS to every node. The same as [`open`](Builder::open) with a
+    /// `redis+cluster://` URL.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range, no
+    /// seed is given, or a seed cannot be parsed.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder().cluster(["10.0.0.1:7000", "10.0.0.2:7000"])?;
+    /// let _g = client.mutex("orders:42").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I>(self, seeds: I) -> Result<Client>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let (seeds, tls, redis) = tcp_nodes(seeds, "cluster seed")?;
+        self.open(Address {
+            kind: AddressKind::Cluster(ClusterAddress { seeds, tls, redis }),
         })
     }
 
@@ -649,6 +654,45 @@ impl Builder {
             pool_size: config.pool_size,
         })))
     }
+}
+
+/// The nodes of a deployment: their addresses, whether any wants TLS, and the credentials of
+/// the first.
+type Nodes = (Vec<(String, u16)>, bool, redis::RedisConnectionInfo);
+
+/// Nodes given as `host:port` or `redis://` / `rediss://` URLs.
+fn tcp_nodes<I>(nodes: I, what: &str) -> Result<Nodes>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    let mut hosts = Vec::new();
+    let (mut tls, mut redis) = (false, None);
+    for node in nodes {
+        let node = node.as_ref();
+        let url = match node.contains("://") {
+            true => node.to_owned(),
+            false => format!("redis://{node}"),
+        };
+        let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+            .map_err(|e| Error::config(format!("invalid {what} address {node:?}: {e}")))?;
+        let (host, port, is_tls) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port, false),
+            redis::ConnectionAddr::TcpTls { host, port, .. } => (host.clone(), *port, true),
+            _ => {
+                return Err(Error::config(format!(
+                    "invalid {what} address {node:?}: it must be reached over TCP"
+                )))
+            }
+        };
+        tls |= is_tls;
+        redis.get_or_insert_with(|| info.redis_settings().clone());
+        hosts.push((host, port));
+    }
+    if hosts.is_empty() {
+        return Err(Error::config(format!("no {what} address given")));
+    }
+    Ok((hosts, tls, redis.unwrap_or_default()))
 }
 
 /// The connection settings of a data node or a sentinel at (host, port).

@@ -5,8 +5,6 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind};
@@ -69,29 +67,15 @@ fn locks_live_on_the_master_of_their_slot_on_every_shard() {
 fn threads_take_turns_through_the_cluster_and_waiters_are_woken() {
     let _one = one_cluster();
     let cluster = ClusterDeployment::start();
-    let client = client(&cluster);
-    let inside = Arc::new(AtomicU64::new(0));
-    let overlaps = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (client, inside, overlaps) = (client.clone(), inside.clone(), overlaps.clone());
-            std::thread::spawn(move || {
-                for _ in 0..20 {
-                    let g = client.mutex("counter").lock().unwrap();
-                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.unlock().unwrap();
-                }
-            })
-        })
+    // The builder form, with seeds as host:port.
+    let seeds: Vec<String> = cluster.nodes[..2]
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
         .collect();
-    for t in threads {
-        within(LIMIT, move || t.join().unwrap());
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let client = Client::builder().cluster(&seeds).unwrap();
+    let none: [&str; 0] = [];
+    assert!(Client::builder().cluster(none).unwrap_err().is_config());
+    assert_eq!(support::overlaps_of_four_threads(&client, "counter"), 0);
     assert_eq!(client.stats().acquisitions, 80);
     assert!(client.stats().notifications > 0, "no release was announced");
 }

@@ -3,8 +3,6 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind};
@@ -27,28 +25,7 @@ fn client(deployment: &SentinelDeployment) -> Client {
 fn threads_take_turns_through_the_sentinels() {
     let deployment = SentinelDeployment::start();
     let client = client(&deployment);
-    let inside = Arc::new(AtomicU64::new(0));
-    let overlaps = Arc::new(AtomicU64::new(0));
-    let threads: Vec<_> = (0..4)
-        .map(|_| {
-            let (client, inside, overlaps) = (client.clone(), inside.clone(), overlaps.clone());
-            std::thread::spawn(move || {
-                for _ in 0..20 {
-                    let g = client.mutex("counter").lock().unwrap();
-                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
-                        overlaps.fetch_add(1, Ordering::SeqCst);
-                    }
-                    std::thread::sleep(Duration::from_millis(1));
-                    inside.fetch_sub(1, Ordering::SeqCst);
-                    g.unlock().unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        within(LIMIT, move || t.join().unwrap());
-    }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(support::overlaps_of_four_threads(&client, "counter"), 0);
     assert_eq!(client.stats().acquisitions, 80);
     // The lock lives on the master the sentinels name.
     let g = client.mutex("where").lock().unwrap();

@@ -279,6 +279,36 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
     }
 }
 
+/// 4 threads take the lock `name` of `client` 20 times each, and count the times one of them
+/// found another inside. Returns that count (0 when the lock excludes).
+pub fn overlaps_of_four_threads(client: &redmutex::Client, name: &str) -> u64 {
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+    let inside = Arc::new(AtomicU64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (client, inside, overlaps) = (client.clone(), inside.clone(), overlaps.clone());
+            let name = name.to_owned();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let g = client.mutex(&name).lock().expect("lock");
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().expect("unlock");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(Duration::from_secs(120), move || t.join().expect("thread"));
+    }
+    overlaps.load(Ordering::SeqCst)
+}
+
 /// Polls `cond` until it holds or `limit` passes; returns whether it held.
 pub fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
