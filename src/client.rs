@@ -166,7 +166,7 @@ impl Client {
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.shared.connections.server("").address)
+            .field("address", &self.shared.connections.describe())
             .field("client_id", &self.shared.tokens.client_uuid())
             .field("key_prefix", &self.shared.config.key_prefix)
             .finish_non_exhaustive()

@@ -290,6 +290,16 @@ impl Deployment for Cluster {
         }
     }
 
+    fn describe(&self) -> String {
+        let seeds: Vec<String> = self
+            .settings
+            .seeds
+            .iter()
+            .map(|(host, port)| format!("{host}:{port}"))
+            .collect();
+        format!("cluster seeded by {}", seeds.join(","))
+    }
+
     fn call_failed(&self, _shard: usize, err: &Error) {
         let moved = err.is_server_code("MOVED") || err.is_server_code("CLUSTERDOWN");
         let dropped = err.is_connection() && !err.is_checkout();

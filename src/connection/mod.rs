@@ -65,6 +65,10 @@ pub(crate) trait Deployment: Send + Sync {
     /// The server of `shard`, as messages name it.
     fn server(&self, shard: usize) -> Server;
 
+    /// The deployment in a few words, for `Debug` output, without a round trip and without
+    /// credentials.
+    fn describe(&self) -> String;
+
     /// Learns of a call to `shard` that failed: a deployment that follows failovers takes a
     /// `READONLY` reply or a dropped connection as a sign that the master moved.
     fn call_failed(&self, _shard: usize, _err: &Error) {}
@@ -312,6 +316,11 @@ impl Connections {
     /// The server that holds the keys of `route`, as messages name it.
     pub(crate) fn server(&self, route: &str) -> Server {
         self.deployment.server(self.deployment.shard_of(route))
+    }
+
+    /// The deployment in a few words, for `Debug` output: see [`Deployment::describe`].
+    pub(crate) fn describe(&self) -> String {
+        self.deployment.describe()
     }
 
     /// Changes whenever the servers behind the shards change: see [`Deployment::generation`].

@@ -241,6 +241,14 @@ impl Deployment for Sentinel {
         }
     }
 
+    fn describe(&self) -> String {
+        format!(
+            "sentinel master {:?} via {} sentinels",
+            self.inner.settings.master_name,
+            self.inner.settings.sentinels.len()
+        )
+    }
+
     fn call_failed(&self, _shard: usize, err: &Error) {
         let demoted = err.is_server_code("READONLY");
         let dropped = err.is_connection() && !err.is_checkout();

@@ -48,4 +48,8 @@ impl Deployment for Standalone {
     fn server(&self, _shard: usize) -> Server {
         self.pool.server().clone()
     }
+
+    fn describe(&self) -> String {
+        self.pool.server().address.to_string()
+    }
 }
