@@ -209,3 +209,45 @@ fn a_lock_follows_its_slot_when_the_slot_migrates() {
     let got = within(LIMIT, move || t.join().unwrap()).unwrap();
     assert!(got.is_some_and(|next| next > token), "{got:?}");
 }
+
+#[test]
+fn a_lock_taken_while_its_slot_migrates_waits_for_the_move_within_its_deadline() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let client = client(&cluster);
+    drop(client.mutex("warm").lock().unwrap()); // the slot map is read
+    let key = "redmutex:{asked}";
+    let from = cluster.master_of(key).port();
+    let to_port = cluster
+        .masters()
+        .into_iter()
+        .map(|m| m.port())
+        .find(|p| *p != from)
+        .unwrap();
+    let to = cluster.nodes.iter().find(|n| n.port() == to_port).unwrap();
+    cluster.start_migrating_slot_of(key, to);
+    // None of the lock's keys is on the old master: it answers ASK, and the importing node
+    // answers TRYAGAIN to a script over keys it does not have yet; the acquire waits for the
+    // move (within its response timeout) and then follows MOVED to the new master.
+    let c = client.clone();
+    let taking = std::thread::spawn(move || c.mutex("asked").lock().map(|g| g.fencing_token()));
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.migrate_slot_of(key, to);
+    let token = within(LIMIT, move || taking.join().unwrap());
+    assert!(token.is_ok(), "{token:?}");
+    // The guard was released in its thread; its fencing counter stays where it was taken.
+    let exists = |port: u16| -> bool {
+        redis::cmd("EXISTS")
+            .arg("redmutex:{asked}:fence")
+            .query(
+                &mut cluster
+                    .nodes
+                    .iter()
+                    .find(|n| n.port() == port)
+                    .unwrap()
+                    .conn(),
+            )
+            .unwrap()
+    };
+    assert!(exists(to_port), "the lock was not taken on the new master");
+}

@@ -313,6 +313,9 @@ impl Deployment for Cluster {
             // The map was refreshed by `call_failed`: route again.
             return Some(Redirect::Again);
         }
+        if err.is_server_code("TRYAGAIN") {
+            return Some(Redirect::Wait);
+        }
         if err.is_server_code("ASK") {
             let target = err.redirect_target()?;
             let (host, port) = target.rsplit_once(':')?;

@@ -20,6 +20,8 @@ mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
 
+use std::time::{Duration, Instant};
+
 use redis::{Script, ScriptInvocation};
 
 use crate::error::{Doing, Error, Result, Server};
@@ -41,6 +43,9 @@ pub(crate) enum Redirect {
     Again,
     /// Send it once to this shard, after `ASKING` (`ASK`: a slot being migrated).
     Ask(usize),
+    /// Route it again after a short pause (`TRYAGAIN`: the slot's keys are being moved),
+    /// within the call's response timeout.
+    Wait,
 }
 
 /// How many redirections one call follows at most.
@@ -151,6 +156,7 @@ impl Connections {
         let mut shard = self.deployment.shard_of(route);
         let mut asking = false;
         let mut redirects = 0;
+        let mut waits: Option<(Instant, Duration)> = None;
         loop {
             let mut conn = self.deployment.checkout(shard, doing)?;
             let result = match asking {
@@ -173,6 +179,20 @@ impl Connections {
                 Some(Redirect::Ask(to)) if redirects <= MAX_REDIRECTS => {
                     shard = to;
                     asking = true;
+                }
+                Some(Redirect::Wait) => {
+                    let timeout = self.deployment.server(shard).response_timeout;
+                    let (until, pause) =
+                        waits.get_or_insert((Instant::now() + timeout, Duration::from_millis(5)));
+                    let now = Instant::now();
+                    if now + *pause >= *until {
+                        return result;
+                    }
+                    std::thread::sleep(*pause);
+                    *pause = (*pause * 2).min(Duration::from_millis(100));
+                    redirects = 0;
+                    shard = self.deployment.shard_of(route);
+                    asking = false;
                 }
                 _ => return result,
             }

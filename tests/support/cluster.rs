@@ -136,6 +136,32 @@ impl ClusterDeployment {
             .expect("CLUSTER MYID")
     }
 
+    /// Starts moving the slot of `key` to `to` (IMPORTING / MIGRATING) without moving any key
+    /// yet: a key missing from the old master is then answered with `ASK`.
+    pub fn start_migrating_slot_of(&self, key: &str, to: &RedisServer) {
+        let from = self.master_of(key);
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut from.conn())
+            .expect("CLUSTER KEYSLOT");
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&from_id)
+            .query(&mut to.conn())
+            .expect("SETSLOT IMPORTING");
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&to_id)
+            .query(&mut from.conn())
+            .expect("SETSLOT MIGRATING");
+    }
+
     /// Moves the slot of `key` (and every key in it) from its master to `to`, the way
     /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, MIGRATE, then NODE.
     pub fn migrate_slot_of(&self, key: &str, to: &RedisServer) {
