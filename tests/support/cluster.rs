@@ -171,18 +171,9 @@ impl ClusterDeployment {
             .arg(key)
             .query(&mut from.conn())
             .expect("CLUSTER KEYSLOT");
-        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
-        let setslot = |node: &RedisServer, how: &str, id: &str| {
-            let _: () = redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg(how)
-                .arg(id)
-                .query(&mut node.conn())
-                .expect("CLUSTER SETSLOT");
-        };
-        setslot(to, "IMPORTING", &from_id);
-        setslot(from, "MIGRATING", &to_id);
+        // Idempotent: a slot already marked keeps its marks.
+        self.start_migrating_slot_of(key, to);
+        let to_id = self.node_id(to);
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -205,7 +196,13 @@ impl ClusterDeployment {
                 .expect("MIGRATE");
         }
         for node in self.masters() {
-            setslot(node, "NODE", &to_id);
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("NODE")
+                .arg(&to_id)
+                .query(&mut node.conn())
+                .expect("CLUSTER SETSLOT NODE");
         }
     }
 }
