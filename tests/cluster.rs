@@ -180,13 +180,7 @@ fn a_lock_follows_its_slot_when_the_slot_migrates() {
     let holder = client(&cluster);
     let waiter = client(&cluster);
     let g = holder.mutex("moving").lock().unwrap();
-    let from = cluster.master_of("redmutex:{moving}").port();
-    let to_port = cluster
-        .masters()
-        .into_iter()
-        .map(|m| m.port())
-        .find(|p| *p != from)
-        .unwrap();
+    let to_port = cluster.other_master_than_of("redmutex:{moving}").port();
     let w = waiter.clone();
     let t = std::thread::spawn(move || {
         w.mutex("moving")
@@ -217,13 +211,7 @@ fn a_lock_taken_while_its_slot_migrates_waits_for_the_move_within_its_deadline()
     let client = client(&cluster);
     drop(client.mutex("warm").lock().unwrap()); // the slot map is read
     let key = "redmutex:{asked}";
-    let from = cluster.master_of(key).port();
-    let to_port = cluster
-        .masters()
-        .into_iter()
-        .map(|m| m.port())
-        .find(|p| *p != from)
-        .unwrap();
+    let to_port = cluster.other_master_than_of(key).port();
     let to = cluster.nodes.iter().find(|n| n.port() == to_port).unwrap();
     cluster.start_migrating_slot_of(key, to);
     // None of the lock's keys is on the old master: it answers ASK, and the importing node

@@ -202,12 +202,18 @@ static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/heartbeat.lua")]));
 
 impl FairProtocol {
-    fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
-        ScriptCall::new(&RELEASE)
+    /// A call of one of the fair scripts, with the four keys they all take, in their order
+    /// (KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] timeouts).
+    fn call(script: &'static Script, keys: &LockKeys) -> ScriptCall {
+        ScriptCall::new(script)
             .key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.queue)
             .key(&keys.timeouts)
+    }
+
+    fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
+        FairProtocol::call(&RELEASE, keys)
             .arg(token)
             .arg(&keys.waiter_channel_prefix)
             .arg(if force { "force" } else { "release" })
@@ -225,11 +231,7 @@ impl Protocol for FairProtocol {
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
         let keys = call.keys;
-        ScriptCall::new(&ACQUIRE)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
+        FairProtocol::call(&ACQUIRE, keys)
             .arg(call.token)
             .arg(call.lease_ms())
             .arg(millis(call.waiter_timeout))
@@ -246,11 +248,7 @@ impl Protocol for FairProtocol {
     }
 
     fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
-        ScriptCall::new(&LEAVE)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
+        FairProtocol::call(&LEAVE, keys)
             .arg(token)
             .arg(&keys.waiter_channel_prefix)
     }

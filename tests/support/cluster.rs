@@ -78,11 +78,7 @@ impl ClusterDeployment {
 
     /// The node that serves `key` as master now.
     pub fn master_of(&self, key: &str) -> &RedisServer {
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut self.nodes[0].conn())
-            .expect("CLUSTER KEYSLOT");
+        let slot = self.slot_of(key);
         self.masters()
             .into_iter()
             .find(|m| owns(m, slot))
@@ -136,15 +132,29 @@ impl ClusterDeployment {
             .expect("CLUSTER MYID")
     }
 
+    /// The hash slot of `key`, as the cluster computes it.
+    pub fn slot_of(&self, key: &str) -> i64 {
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.nodes[0].conn())
+            .expect("CLUSTER KEYSLOT")
+    }
+
+    /// A master other than the one that serves `key`.
+    pub fn other_master_than_of(&self, key: &str) -> &RedisServer {
+        let port = self.master_of(key).port();
+        self.masters()
+            .into_iter()
+            .find(|m| m.port() != port)
+            .expect("another master")
+    }
+
     /// Starts moving the slot of `key` to `to` (IMPORTING / MIGRATING) without moving any key
     /// yet: a key missing from the old master is then answered with `ASK`.
     pub fn start_migrating_slot_of(&self, key: &str, to: &RedisServer) {
         let from = self.master_of(key);
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut from.conn())
-            .expect("CLUSTER KEYSLOT");
+        let slot = self.slot_of(key);
         let (from_id, to_id) = (self.node_id(from), self.node_id(to));
         let _: () = redis::cmd("CLUSTER")
             .arg("SETSLOT")
@@ -166,11 +176,7 @@ impl ClusterDeployment {
     /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, MIGRATE, then NODE.
     pub fn migrate_slot_of(&self, key: &str, to: &RedisServer) {
         let from = self.master_of(key);
-        let slot: i64 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut from.conn())
-            .expect("CLUSTER KEYSLOT");
+        let slot = self.slot_of(key);
         // Idempotent: a slot already marked keeps its marks.
         self.start_migrating_slot_of(key, to);
         let to_id = self.node_id(to);
