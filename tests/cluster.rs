@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind};
 use support::cluster::ClusterDeployment;
-use support::{eventually, within};
+use support::{eventually, within, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -180,6 +180,7 @@ fn a_lock_follows_its_slot_when_the_slot_migrates() {
     let holder = client(&cluster);
     let waiter = client(&cluster);
     let g = holder.mutex("moving").lock().unwrap();
+    let from_port = cluster.master_of("redmutex:{moving}").port();
     let to_port = cluster.other_master_than_of("redmutex:{moving}").port();
     let w = waiter.clone();
     let t = std::thread::spawn(move || {
@@ -198,10 +199,25 @@ fn a_lock_follows_its_slot_when_the_slot_migrates() {
     }
     assert!(g.verify().is_ok());
     let token = g.fencing_token();
+    // The waiter's sharded subscription followed the slot: the old master dropped it, and
+    // the waiter subscribed again on the new one.
+    let channel = "redmutex:{moving}:ch";
+    assert!(eventually(LIMIT, || shard_channels(to).contains(&channel.to_owned())));
+    let from = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port() == from_port)
+        .unwrap();
+    assert!(!shard_channels(from).contains(&channel.to_owned()));
+    let heard = waiter.stats().notifications;
     g.unlock().unwrap();
-    // The waiter gets it after the release, on the new master.
+    // The waiter gets it after the release, on the new master, woken by the announcement.
     let got = within(LIMIT, move || t.join().unwrap()).unwrap();
     assert!(got.is_some_and(|next| next > token), "{got:?}");
+    assert!(
+        waiter.stats().notifications > heard,
+        "the release was not heard"
+    );
 }
 
 #[test]
@@ -238,4 +254,96 @@ fn a_lock_taken_while_its_slot_migrates_waits_for_the_move_within_its_deadline()
             .unwrap()
     };
     assert!(exists(to_port), "the lock was not taken on the new master");
+}
+
+/// The sharded channels that `node` has subscribers for.
+fn shard_channels(node: &RedisServer) -> Vec<String> {
+    redis::cmd("PUBSUB")
+        .arg("SHARDCHANNELS")
+        .query(&mut node.conn())
+        .expect("PUBSUB SHARDCHANNELS")
+}
+
+/// Commands `node` ran for clients, script internals included: everything but the cluster's
+/// and replication's own traffic and what the test asks.
+fn client_commands(node: &RedisServer) -> u64 {
+    const NOT_CLIENTS: [&str; 9] = [
+        "info", "cluster", "replconf", "ping", "pubsub", "command", "client", "hello", "psync",
+    ];
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node.conn())
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|l| l.strip_prefix("cmdstat_"))
+        .filter_map(|l| l.split_once(":calls="))
+        .filter(|(command, _)| !NOT_CLIENTS.iter().any(|n| command.starts_with(n)))
+        .filter_map(|(_, rest)| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Messages of classic pub/sub that `node` broadcast over the cluster bus.
+fn bus_publishes(node: &RedisServer) -> u64 {
+    node.info_field_of("CLUSTER", "INFO", "cluster_stats_messages_publish_sent")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn idle_waiters_on_every_shard_are_woken_within_their_shard_and_cost_little() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    // Default leases: holders renew, and plain waiters re-check, every 10 s.
+    let holder = Client::open(cluster.url()).unwrap();
+    let waiter = Client::open(cluster.url()).unwrap();
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let name = format!("shard-{i}");
+        let port = cluster.master_of(&format!("redmutex:{{{name}}}")).port();
+        if !names.iter().any(|(_, p)| *p == port) {
+            names.push((name, port));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let guards: Vec<_> = names
+        .iter()
+        .map(|(name, _)| holder.mutex(name).lock().unwrap())
+        .collect();
+    let threads: Vec<_> = names
+        .iter()
+        .flat_map(|(name, _)| std::iter::repeat_n(name.clone(), 10))
+        .map(|name| {
+            let w = waiter.clone();
+            std::thread::spawn(move || w.mutex(name).try_lock_for(LIMIT).map(|g| g.is_some()))
+        })
+        .collect();
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 30));
+    // Each lock's channel is subscribed on the master of its slot, and there only.
+    for (name, port) in &names {
+        let channel = format!("redmutex:{{{name}}}:ch");
+        for master in cluster.masters() {
+            let here = master.port() == *port;
+            assert!(
+                eventually(LIMIT, || shard_channels(master).contains(&channel) == here),
+                "{channel} subscribed on the wrong master"
+            );
+        }
+    }
+    // Thirty idle waiters and three holders, over ten seconds.
+    let count = || -> u64 { cluster.masters().into_iter().map(client_commands).sum() };
+    let before = count();
+    std::thread::sleep(Duration::from_secs(10));
+    let spent = count() - before;
+    eprintln!("thirty idle waiters over three shards: {spent} commands in 10 s");
+    assert!(spent < 100, "{spent} commands in 10 s");
+    // Every release wakes the waiters of its lock, in its shard.
+    drop(guards);
+    for t in threads {
+        assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
+    }
+    assert!(waiter.stats().notifications >= 3);
+    let broadcast: u64 = cluster.nodes.iter().map(bus_publishes).sum();
+    assert_eq!(broadcast, 0, "an announcement crossed the cluster bus");
 }

@@ -27,7 +27,7 @@ const SECRETS: [&str; 3] = [ACL_PASSWORD, REQUIREPASS, WRONG_PASSWORD];
 /// only with `Builder::replica_acks`). Keys and channels: `~redmutex:*` and `&redmutex:*`
 /// for the default key prefix.
 const LOCK_COMMANDS: &str = "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire \
-     +time +type +publish +subscribe +unsubscribe +lindex +llen +lpop +rpush +lrem +zadd \
+     +time +type +spublish +ssubscribe +sunsubscribe +lindex +llen +lpop +rpush +lrem +zadd \
      +zrem +zscore +zmscore +wait";
 
 // ---------------------------------------------------------------------------------------

@@ -6,8 +6,9 @@
 //! answers; `MOVED` refreshes it and sends the call again, `ASK` sends it once to the node
 //! named, after `ASKING` (both within the caller's deadline: `Connections::call` follows at
 //! most a few redirections and never sleeps). A call that timed out is never re-sent.
-//! Releases are announced with classic `PUBLISH`, which the cluster bus carries to every
-//! node, so the subscriber listens on one master.
+//! Releases are announced with sharded pub/sub on Redis 7 and later (`SPUBLISH`, heard with
+//! `SSUBSCRIBE` on the master of the channel's slot), so no message crosses the cluster bus;
+//! on Redis 6, with classic `PUBLISH`, which the bus carries to every node.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -78,6 +79,19 @@ struct SlotMap {
     shards: Vec<Arc<Shard>>,
 }
 
+impl SlotMap {
+    /// Whether both maps give every slot to the same master at the same index.
+    fn same_as(&self, other: &SlotMap) -> bool {
+        self.owner == other.owner
+            && self.shards.len() == other.shards.len()
+            && self
+                .shards
+                .iter()
+                .zip(&other.shards)
+                .all(|(a, b)| a.host == b.host && a.port == b.port)
+    }
+}
+
 /// A cluster deployment: one shard per master.
 pub(crate) struct Cluster {
     settings: ClusterSettings,
@@ -118,9 +132,16 @@ impl Cluster {
         for (host, port) in candidates {
             match self.slots_from(&host, port) {
                 Ok(map) => {
-                    *self.map.write() = map;
+                    let changed = {
+                        let mut current = self.map.write();
+                        let changed = !current.same_as(&map);
+                        *current = map;
+                        changed
+                    };
                     *self.last_error.lock() = None;
-                    self.generation.fetch_add(1, Ordering::AcqRel);
+                    if changed {
+                        self.generation.fetch_add(1, Ordering::AcqRel);
+                    }
                     return;
                 }
                 Err(e) => failures.push(format!("{host}:{port}: {e}")),
@@ -263,15 +284,12 @@ impl Deployment for Cluster {
     }
 
     fn subscriber_connection(&self, shard: usize) -> redis::RedisResult<redis::Connection> {
-        let s = self
-            .shard_at(shard)
-            .or_else(|| self.shard_at(0))
-            .ok_or_else(|| {
-                redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    "no master of the cluster is known",
-                ))
-            })?;
+        let s = self.shard_at(shard).ok_or_else(|| {
+            redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "no master of the cluster serves this channel's slot",
+            ))
+        })?;
         let conn = s
             .subscriber
             .get_connection_with_timeout(self.settings.connect_timeout)?;
@@ -332,6 +350,10 @@ impl Deployment for Cluster {
 
     fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
+    }
+
+    fn refresh_routes(&self) {
+        self.refresh();
     }
 }
 

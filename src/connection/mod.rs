@@ -87,6 +87,10 @@ pub(crate) trait Deployment: Send + Sync {
     /// Stops what the deployment runs in the background, for good.
     fn shutdown(&self) {}
 
+    /// Reads the map of routes to shards again, when the deployment has one (a Cluster's
+    /// slot map); `generation` changes if it changed.
+    fn refresh_routes(&self) {}
+
     /// Where a call that failed with `err` goes next, when the server redirected it (a
     /// Cluster's `MOVED` and `ASK`). Called after `call_failed`.
     fn redirect(&self, _err: &Error) -> Option<Redirect> {
@@ -324,18 +328,28 @@ impl Connections {
         result
     }
 
-    /// A new subscriber connection for the channels of the lock routed by `route`.
+    /// The shard whose server holds the keys (and the sharded channels) of `route`.
+    pub(crate) fn shard_of(&self, route: &str) -> usize {
+        self.deployment.shard_of(route)
+    }
+
+    /// A new subscriber connection to the server of `shard`.
     pub(crate) fn subscriber_connection(
         &self,
-        route: &str,
+        shard: usize,
     ) -> redis::RedisResult<redis::Connection> {
-        let shard = self.deployment.shard_of(route);
         self.deployment.subscriber_connection(shard)
     }
 
-    /// The server that holds the keys of `route`, as messages name it.
-    pub(crate) fn server(&self, route: &str) -> Server {
-        self.deployment.server(self.deployment.shard_of(route))
+    /// The server of `shard`, as messages name it.
+    pub(crate) fn shard_server(&self, shard: usize) -> Server {
+        self.deployment.server(shard)
+    }
+
+    /// Tells the deployment that a server said a route moved (a sharded subscription that the
+    /// server dropped): see [`Deployment::refresh_routes`].
+    pub(crate) fn routes_changed(&self) {
+        self.deployment.refresh_routes();
     }
 
     /// The deployment in a few words, for `Debug` output: see [`Deployment::describe`].

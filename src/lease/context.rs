@@ -38,7 +38,7 @@ impl LockContext {
         tokens: TokenSource,
     ) -> Self {
         let counters = Arc::new(Counters::default());
-        let wake_channel = format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid());
+        let wake_prefix = format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid());
         LockContext {
             id,
             renewal: Renewal::new(
@@ -47,7 +47,7 @@ impl LockContext {
                 config.default_lease,
                 Arc::clone(&counters),
             ),
-            subscriber: Subscriber::new(Arc::clone(&connections), wake_channel),
+            subscriber: Subscriber::new(Arc::clone(&connections), wake_prefix),
             config,
             connections,
             gates: Gates::default(),

@@ -15,6 +15,10 @@ pub(crate) const ERRORS: &str = include_str!("lua/errors.lua");
 /// `next_fence(lock, counter)`: the next fencing token of a lock just taken (needs `ERRORS`).
 pub(crate) const FENCE: &str = include_str!("lua/fence.lua");
 
+/// `announce(channel, message)`: publishes a release announcement, sharded on Redis 7 and
+/// later.
+pub(crate) const ANNOUNCE: &str = include_str!("lua/announce.lua");
+
 /// A script made of helpers and a body, in that order.
 pub(crate) fn compose(parts: &[&str]) -> Script {
     Script::new(&parts.concat())

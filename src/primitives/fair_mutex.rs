@@ -12,7 +12,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ERRORS};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::MutexGuard;
 
@@ -182,24 +182,43 @@ struct FairProtocol;
 
 static PROTOCOL: FairProtocol = FairProtocol;
 
-/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua`.
+/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua` (needs `ANNOUNCE`).
 const QUEUE: &str = include_str!("fair_mutex/queue.lua");
 
 /// Takes the lock when it is our turn, else queues: see `fair_mutex/acquire.lua`.
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| with_fence(&[QUEUE, include_str!("fair_mutex/acquire.lua")].concat()));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    with_fence(&[ANNOUNCE, QUEUE, include_str!("fair_mutex/acquire.lua")].concat())
+});
 
 /// Releases (or forcibly releases) and wakes the next waiter: see `fair_mutex/release.lua`.
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/release.lua")]));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        ANNOUNCE,
+        QUEUE,
+        include_str!("fair_mutex/release.lua"),
+    ])
+});
 
 /// Leaves the queue and the lock for good: see `fair_mutex/leave.lua`.
-static LEAVE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/leave.lua")]));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        ANNOUNCE,
+        QUEUE,
+        include_str!("fair_mutex/leave.lua"),
+    ])
+});
 
 /// Keeps the places of one client's waiters alive: see `fair_mutex/heartbeat.lua`.
-static HEARTBEAT: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, QUEUE, include_str!("fair_mutex/heartbeat.lua")]));
+static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        ANNOUNCE,
+        QUEUE,
+        include_str!("fair_mutex/heartbeat.lua"),
+    ])
+});
 
 impl FairProtocol {
     /// A call of one of the fair scripts, with the four keys they all take, in their order

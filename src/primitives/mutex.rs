@@ -10,7 +10,7 @@ use redis::Script;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::with_fence;
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::MutexGuard;
 
@@ -262,11 +262,12 @@ static PROTOCOL: MutexProtocol = MutexProtocol;
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_fence(include_str!("mutex/acquire.lua")));
 
 /// Compare-and-delete, announced when someone waits: see `mutex/release.lua`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("mutex/release.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("mutex/release.lua")]));
 
 /// Deletes the lock whoever holds it: see `mutex/force_release.lua`.
 static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("mutex/force_release.lua")));
+    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("mutex/force_release.lua")]));
 
 impl Protocol for MutexProtocol {
     fn kind(&self) -> &'static str {

@@ -3,7 +3,7 @@
 -- sorted set of the same tokens scored by when each waiter counts as dead (server time in
 -- ms). Every deadline is computed from the server's clock (`TIME`) inside the script, never
 -- from a client's. A waiter's channel is `P:{N}:ch:<client id>`, and the message is its
--- token, so that a release wakes the next waiter only. Needs errors.lua.
+-- token, so that a release wakes the next waiter only. Needs errors.lua and announce.lua.
 -- The token in the lock key (false when free), or nil and the error to reply with when the
 -- key holds another type or the GET was refused.
 local function holder_of(lock)
@@ -35,7 +35,7 @@ local function live_head(queue, timeouts, now)
   return nil
 end
 local function wake(prefix, head)
-  redis.call('PUBLISH', prefix .. string.match(head, '^[^:]+'), head)
+  announce(prefix .. string.match(head, '^[^:]+'), head)
 end
 -- The lock is free: wake the next live waiter, or remove every key when nobody is left.
 local function hand_on(queue, timeouts, fence, prefix)

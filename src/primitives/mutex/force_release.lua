@@ -11,5 +11,5 @@ if t ~= 'string' then
   return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('PUBLISH', ARGV[1], 'released')
+announce(ARGV[1], 'released')
 return 1

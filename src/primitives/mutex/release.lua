@@ -7,7 +7,7 @@
 -- Reply: 1 when deleted, 0 when the key held another token or was gone.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   if redis.call('DEL', KEYS[1], KEYS[2]) > 1 then
-    redis.call('PUBLISH', ARGV[2], 'released')
+    announce(ARGV[2], 'released')
   end
   return 1
 end

@@ -1,0 +1,435 @@
+//! The pub/sub subscriber: for each shard (server) on which this client's threads wait, one
+//! dedicated connection and one thread (a "lane"), shared by every waiting thread of the
+//! client, that wakes waiters when a release is announced.
+//!
+//! Pub/sub is a hint. A waiter subscribes (and waits for Redis to confirm) before its attempt,
+//! so no announcement after that attempt can be missed while the connection lives; when the
+//! connection breaks, every waiter of its lane is woken to retry, and waiters always bound
+//! their wait by their backoff delay, so a lost message costs at most one backoff step.
+//!
+//! On Redis 7 and later the subscriber uses sharded pub/sub (`SSUBSCRIBE`) on the master of
+//! each channel's slot, and the scripts announce with `SPUBLISH`: in a Cluster a message stays
+//! in its shard instead of crossing the cluster bus to every node. When a slot moves, the
+//! server drops its channels' subscriptions; the lane then finds their new shard and hands
+//! them to its lane. Before Redis 7, classic pub/sub.
+
+mod lane;
+mod push;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crossbeam_channel::Sender;
+use parking_lot::{Condvar, Mutex};
+
+use crate::connection::Connections;
+use crate::error::Doing;
+use crate::fast_hash::FastHashMap;
+use lane::LaneThread;
+use push::Flavour;
+
+/// The name the subscriber threads carry.
+pub(crate) const THREAD_NAME: &str = "redmutex-notify";
+
+/// A waiter's wake-up signal: a counter that the subscriber bumps.
+#[derive(Default)]
+struct Signal {
+    generation: Mutex<u64>,
+    bumped: Condvar,
+}
+
+impl Signal {
+    fn bump(&self) {
+        *self.generation.lock() += 1;
+        self.bumped.notify_all();
+    }
+}
+
+struct Registration {
+    /// Only messages with this payload wake the waiter; `None`: every message does.
+    filter: Option<Arc<str>>,
+    signal: Arc<Signal>,
+}
+
+#[derive(Default)]
+struct Channel {
+    registrations: FastHashMap<u64, Registration>,
+    /// The lane (shard) that subscribes it; `None` while its shard is being found again.
+    lane: Option<usize>,
+    /// Subscribed on the lane's live connection (Redis confirmed it).
+    confirmed: bool,
+    /// When a subscription was sent whose confirmation has not come yet.
+    subscribing: Option<Instant>,
+    /// An unsubscription was sent and its confirmation has not come yet.
+    unsubscribing: bool,
+    /// When the last waiter left.
+    idle_since: Option<Instant>,
+}
+
+impl Channel {
+    /// Wakes every waiter of the channel.
+    fn wake_all(&self) {
+        for r in self.registrations.values() {
+            r.signal.bump();
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    channels: FastHashMap<Arc<str>, Channel>,
+}
+
+/// What the client's side and the lane threads share.
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when a subscription is confirmed or a connection is lost.
+    confirmations: Condvar,
+    next_id: AtomicU64,
+    /// Messages received and reconnections, for `Stats`.
+    messages: AtomicU64,
+    reconnects: AtomicU64,
+    connections: Arc<Connections>,
+    /// The start of this client's channels for waking its own lane threads.
+    wake_prefix: String,
+    /// Set by `shutdown`: no lane is started again.
+    stopped: AtomicBool,
+}
+
+/// What a caller needs to wake a lane thread that blocks reading its connection.
+#[derive(Default)]
+struct Link {
+    /// The lane's wake channel and how to publish on it, while the lane reads its
+    /// connection (subscribed to that channel).
+    serving: Mutex<Option<(String, Flavour)>>,
+}
+
+struct Lane {
+    wake: Sender<()>,
+    join: JoinHandle<()>,
+    link: Arc<Link>,
+}
+
+/// The running lanes, by shard. Lane threads hold it weakly: dropping the client's
+/// `Subscriber` drops every lane's wake sender, which ends its thread.
+struct Lanes {
+    shared: Arc<Shared>,
+    running: Mutex<FastHashMap<usize, Lane>>,
+}
+
+/// The client's side of the subscriber threads.
+pub(crate) struct Subscriber {
+    lanes: Arc<Lanes>,
+}
+
+/// One waiter's interest in one channel. Dropping it ends the interest.
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: Arc<str>,
+    id: u64,
+    signal: Arc<Signal>,
+}
+
+impl Subscriber {
+    /// `wake_prefix` starts the names of the channels on which the client wakes its own lane
+    /// threads.
+    pub(crate) fn new(connections: Arc<Connections>, wake_prefix: String) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            confirmations: Condvar::new(),
+            next_id: AtomicU64::new(1),
+            messages: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            connections,
+            wake_prefix,
+            stopped: AtomicBool::new(false),
+        });
+        Subscriber {
+            lanes: Arc::new(Lanes {
+                shared,
+                running: Mutex::new(FastHashMap::default()),
+            }),
+        }
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.lanes.shared
+    }
+
+    /// Registers interest in `channel` only if it is subscribed and confirmed already: an
+    /// attempt made after this cannot miss an announcement. Cheap (no round trip, no wake-up).
+    pub(crate) fn subscribe_if_live(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        let shared = self.shared();
+        let mut state = shared.state.lock();
+        let entry = state.channels.get_mut(channel)?;
+        if !entry.confirmed {
+            return None;
+        }
+        Some(register(shared, entry, channel, filter))
+    }
+
+    /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
+    /// the lane of its shard when needed. Returns `None` when the thread cannot be started;
+    /// the caller then waits with backoff alone.
+    pub(crate) fn subscribe(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        let shared = self.shared();
+        let shard = shared.connections.shard_of(channel);
+        let (subscription, needs_subscribe, lane) = {
+            let mut state = shared.state.lock();
+            let entry = state.channels.entry(Arc::clone(channel)).or_default();
+            if !entry.confirmed && entry.subscribing.is_none() {
+                entry.lane = Some(shard);
+            }
+            let lane = entry.lane.unwrap_or(shard);
+            (
+                register(shared, entry, channel, filter),
+                !entry.confirmed,
+                lane,
+            )
+        };
+        if !self.lanes.ensure(lane, needs_subscribe) {
+            return None;
+        }
+        Some(subscription)
+    }
+
+    /// Messages received and reconnections so far.
+    pub(crate) fn counters(&self) -> (u64, u64) {
+        let shared = self.shared();
+        (
+            shared.messages.load(Ordering::Relaxed),
+            shared.reconnects.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Stops the threads for good and waits for them; every waiter is woken.
+    pub(crate) fn shutdown(&self) {
+        let shared = self.shared();
+        shared.stopped.store(true, Ordering::Release);
+        let lanes: Vec<Lane> = self.lanes.running.lock().drain().map(|(_, l)| l).collect();
+        for Lane { wake, join, .. } in lanes {
+            drop(wake);
+            if join.join().is_err() {
+                log::warn!("redmutex: a subscriber thread panicked");
+            }
+        }
+        let state = shared.state.lock();
+        for channel in state.channels.values() {
+            channel.wake_all();
+        }
+    }
+}
+
+/// Adds a waiter to a channel's entry (under the state lock).
+fn register(
+    shared: &Arc<Shared>,
+    entry: &mut Channel,
+    channel: &Arc<str>,
+    filter: Option<Arc<str>>,
+) -> Subscription {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let signal = Arc::new(Signal::default());
+    entry.idle_since = None;
+    entry.registrations.insert(
+        id,
+        Registration {
+            filter,
+            signal: Arc::clone(&signal),
+        },
+    );
+    Subscription {
+        shared: Arc::clone(shared),
+        channel: Arc::clone(channel),
+        id,
+        signal,
+    }
+}
+
+impl Lanes {
+    /// Makes sure the lane of `shard` runs, and (`wake`) that it looks at its channels now.
+    /// Returns `false` when its thread cannot be started.
+    fn ensure(self: &Arc<Self>, shard: usize, wake: bool) -> bool {
+        let mut running = self.running.lock();
+        if let Some(lane) = running.get(&shard) {
+            if !lane.join.is_finished() {
+                if wake {
+                    let _ = lane.wake.try_send(());
+                    let link = Arc::clone(&lane.link);
+                    drop(running);
+                    self.wake_reader(&link);
+                }
+                return true;
+            }
+        }
+        if self.shared.stopped.load(Ordering::Acquire) {
+            return false;
+        }
+        let (wake_tx, wake_rx) = crossbeam_channel::bounded(1);
+        let link = Arc::new(Link::default());
+        let thread = LaneThread::new(
+            Arc::clone(&self.shared),
+            Arc::downgrade(self),
+            shard,
+            Arc::clone(&link),
+            wake_rx,
+        );
+        match std::thread::Builder::new()
+            .name(THREAD_NAME.to_owned())
+            .spawn(move || thread.run())
+        {
+            Ok(join) => {
+                running.insert(
+                    shard,
+                    Lane {
+                        wake: wake_tx,
+                        join,
+                        link,
+                    },
+                );
+                true
+            }
+            Err(e) => {
+                log::warn!("redmutex: cannot start a subscriber thread: {e}");
+                false
+            }
+        }
+    }
+
+    /// Wakes a lane thread blocked reading its connection, so that it subscribes now. Best
+    /// effort: it looks at its state every second anyway.
+    fn wake_reader(&self, link: &Link) {
+        let Some((channel, flavour)) = link.serving.lock().clone() else {
+            return;
+        };
+        let doing = Doing::work("waking the subscriber");
+        let result = self.shared.connections.call(&channel, doing, |c| {
+            redis::cmd(flavour.publish())
+                .arg(&channel)
+                .arg("wake")
+                .query::<i64>(c)
+        });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}");
+        }
+    }
+}
+
+/// Hands channels that lost their lane to the lanes of their shards now, starting those.
+fn reassign(shared: &Shared, lanes: &Weak<Lanes>, channels: Vec<Arc<str>>) {
+    if channels.is_empty() {
+        return;
+    }
+    let shards: Vec<usize> = channels
+        .iter()
+        .map(|c| shared.connections.shard_of(c))
+        .collect();
+    let mut wanted: Vec<usize> = Vec::new();
+    {
+        let mut state = shared.state.lock();
+        for (channel, shard) in channels.iter().zip(shards) {
+            if state
+                .channels
+                .get(channel)
+                .is_some_and(|e| e.lane.is_none() && e.registrations.is_empty())
+            {
+                state.channels.remove(channel);
+                continue;
+            }
+            if let Some(entry) = state.channels.get_mut(channel) {
+                if entry.lane.is_none() {
+                    entry.lane = Some(shard);
+                    if !wanted.contains(&shard) {
+                        wanted.push(shard);
+                    }
+                }
+            }
+        }
+    }
+    if let Some(lanes) = lanes.upgrade() {
+        for shard in wanted {
+            lanes.ensure(shard, true);
+        }
+    }
+}
+
+impl Subscription {
+    /// Waits until Redis confirmed the subscription, or `deadline`. Returns whether confirmed.
+    pub(crate) fn wait_confirmed(&self, deadline: Instant) -> bool {
+        let mut state = self.shared.state.lock();
+        loop {
+            if state
+                .channels
+                .get(&self.channel)
+                .is_some_and(|c| c.confirmed)
+            {
+                return true;
+            }
+            if self
+                .shared
+                .confirmations
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
+                return false;
+            }
+        }
+    }
+
+    /// Whether the subscription is live now (confirmed on a working connection).
+    pub(crate) fn is_live(&self) -> bool {
+        self.shared
+            .state
+            .lock()
+            .channels
+            .get(&self.channel)
+            .is_some_and(|c| c.confirmed)
+    }
+
+    /// The current wake-up count; pass it to [`wait`](Self::wait).
+    pub(crate) fn seen(&self) -> u64 {
+        *self.signal.generation.lock()
+    }
+
+    /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.
+    pub(crate) fn wait(&self, seen: u64, until: Instant) -> bool {
+        let mut generation = self.signal.generation.lock();
+        while *generation == seen {
+            if self
+                .signal
+                .bumped
+                .wait_until(&mut generation, until)
+                .timed_out()
+            {
+                return *generation != seen;
+            }
+        }
+        true
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.state.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.registrations.remove(&self.id);
+            if entry.registrations.is_empty() {
+                if entry.lane.is_none() && !entry.confirmed {
+                    // Between lanes: nothing to unsubscribe.
+                    state.channels.remove(&self.channel);
+                } else {
+                    entry.idle_since = Some(Instant::now());
+                }
+            }
+        }
+    }
+}
