@@ -1,6 +1,7 @@
 //! The fault-injection suite: 6 processes x 4 threads take one lock and write to a fenced
-//! resource while holders are killed and stopped, Redis is restarted and stalled and its
-//! connections are killed; a checker over the recorded history asserts the guarantees.
+//! resource while holders are killed and stopped, the lock's master is lost (a restart of one
+//! server; a failover under Sentinel and in a Cluster), stalled, and its connections are
+//! killed; a checker over the recorded history asserts the guarantees.
 //!
 //! The same harness runs longer as `cargo run --release --example fault_injection`.
 
@@ -24,12 +25,13 @@ fn fault_injection_worker_entry() {
 /// Runs of the two lock kinds, one at a time: each has 24 threads on a 2-core machine.
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn run(fair: bool) {
+fn run(fair: bool, topology: harness::Topology) {
     let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let config = harness::Config {
         processes: 6,
         threads: 4,
         fair,
+        topology,
         lease: Duration::from_secs(1),
         rounds: 2,
         gap: Duration::from_millis(1500),
@@ -64,10 +66,21 @@ fn run(fair: bool) {
 
 #[test]
 fn mutex_keeps_its_guarantees_under_faults() {
-    run(false);
+    run(false, harness::Topology::Standalone);
 }
 
 #[test]
 fn fair_mutex_keeps_its_guarantees_under_faults() {
-    run(true);
+    run(true, harness::Topology::Standalone);
+}
+
+/// Failovers among the faults: the master of the lock is promoted away from.
+#[test]
+fn mutex_keeps_its_guarantees_under_faults_on_sentinel() {
+    run(false, harness::Topology::Sentinel);
+}
+
+#[test]
+fn mutex_keeps_its_guarantees_under_faults_on_a_cluster() {
+    run(false, harness::Topology::Cluster);
 }

@@ -6,11 +6,14 @@
 //! twice, two holders at once without the older one being told, a process that stopped
 //! making progress, a thread that hung or panicked.
 //!
-//! It starts its own two `redis-server`s (the lock's and the resource's).
+//! It starts its own `redis-server`s: the lock's (one server, or with `--deployment`, a
+//! Sentinel or Cluster deployment, where the lost master is a failover instead of a restart)
+//! and the resource's.
 //!
 //! ```text
 //! cargo run --release --example fault_injection                   # 20 rounds of 5 faults
 //! cargo run --release --example fault_injection -- --fair --rounds 100 --processes 8
+//! cargo run --release --example fault_injection -- --deployment cluster   # or sentinel
 //! ```
 
 mod harness;
@@ -65,6 +68,7 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
         processes: 6,
         threads: 4,
         fair: false,
+        topology: harness::Topology::Standalone,
         lease: Duration::from_secs(1),
         rounds: 20,
         gap: Duration::from_secs(2),
@@ -79,6 +83,14 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
         match flag.as_str() {
+            "--deployment" => {
+                config.topology = match value.as_str() {
+                    "standalone" => harness::Topology::Standalone,
+                    "sentinel" => harness::Topology::Sentinel,
+                    "cluster" => harness::Topology::Cluster,
+                    other => return Err(format!("unknown deployment {other}").into()),
+                }
+            }
             "--processes" => config.processes = value.parse()?,
             "--threads" => config.threads = value.parse()?,
             "--rounds" => config.rounds = value.parse()?,

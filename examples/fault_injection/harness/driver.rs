@@ -4,6 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::deployment::LockDeployment;
 use super::faults::{signal, Fault};
 use super::history::{self, Findings};
 use super::resource::{Resource, ResourceKeys};
@@ -131,7 +132,7 @@ impl Drop for Workers<'_> {
 /// again, which must call [`run_if_worker`](super::worker::run_if_worker) first thing).
 pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
     let started = Instant::now();
-    let mut lock_redis = RedisProcess::start("lock")?;
+    let mut lock_redis = LockDeployment::start(config.topology)?;
     let resource_redis = RedisProcess::start("resource")?;
     let run = uuid::Uuid::new_v4().simple().to_string();
     let keys = ResourceKeys::new(&run);
@@ -141,6 +142,7 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
         spec: WorkerSpec {
             index: 0,
             lock_url: lock_redis.url(),
+            replica_acks: lock_redis.replica_acks(),
             resource_url: resource_redis.url(),
             run,
             threads: config.threads,
@@ -153,11 +155,12 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
         workers.start_one()?;
     }
     (config.progress)(&format!(
-        "{} processes x {} threads on one {} with a {:?} lease",
+        "{} processes x {} threads on one {} with a {:?} lease, on {}",
         config.processes,
         config.threads,
         if config.fair { "FairMutex" } else { "Mutex" },
-        config.lease
+        config.lease,
+        config.topology.name()
     ));
     wait_for_first_hold(&mut resource)?;
     std::thread::sleep(config.gap);
@@ -202,7 +205,7 @@ fn wait_for_first_hold(resource: &mut Resource) -> AnyResult<()> {
 fn inject(
     fault: Fault,
     config: &Config,
-    lock_redis: &mut RedisProcess,
+    lock_redis: &mut LockDeployment,
     workers: &mut Workers<'_>,
     resource: &mut Resource,
 ) -> AnyResult<String> {
@@ -235,12 +238,9 @@ fn inject(
             signal(pid, libc::SIGCONT)?;
             detail
         }
-        Fault::RestartRedis => {
-            lock_redis.restart()?;
-            "lock server restarted empty".to_owned()
-        }
+        Fault::LoseMaster => lock_redis.lose_master()?,
         Fault::KillConnections => {
-            let mut conn = lock_redis.connection(Duration::from_secs(10))?;
+            let mut conn = lock_redis.master()?.connection(Duration::from_secs(10))?;
             let normal: i64 = redis::cmd("CLIENT")
                 .arg(&["KILL", "TYPE", "normal"])
                 .query(&mut conn)?;
@@ -250,7 +250,7 @@ fn inject(
             format!("{normal} connections and {pubsub} subscribers killed")
         }
         Fault::SleepRedis => {
-            let mut conn = lock_redis.connection(config.lease * 10)?;
+            let mut conn = lock_redis.master()?.connection(config.lease * 10)?;
             let seconds = (config.lease * 3 / 2).as_secs_f64();
             redis::cmd("DEBUG")
                 .arg("SLEEP")

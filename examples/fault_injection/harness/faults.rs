@@ -7,8 +7,9 @@ pub enum Fault {
     KillHolder,
     /// SIGSTOP the process that holds the lock for longer than the lease, then SIGCONT.
     StopHolder,
-    /// Kill the lock's Redis and start it again, empty.
-    RestartRedis,
+    /// Take the lock's master away: a standalone Redis is killed and started again, empty;
+    /// under Sentinel or in a Cluster, its replica is promoted (a failover).
+    LoseMaster,
     /// `CLIENT KILL` every client connection of the lock's Redis, pub/sub ones included.
     KillConnections,
     /// `DEBUG SLEEP` the lock's Redis for longer than the lease.
@@ -20,7 +21,7 @@ impl Fault {
     pub const ALL: [Fault; 5] = [
         Fault::KillHolder,
         Fault::StopHolder,
-        Fault::RestartRedis,
+        Fault::LoseMaster,
         Fault::KillConnections,
         Fault::SleepRedis,
     ];
@@ -30,7 +31,7 @@ impl Fault {
         match self {
             Fault::KillHolder => "kill-holder",
             Fault::StopHolder => "stop-holder",
-            Fault::RestartRedis => "restart-redis",
+            Fault::LoseMaster => "lose-master",
             Fault::KillConnections => "client-kill",
             Fault::SleepRedis => "debug-sleep",
         }

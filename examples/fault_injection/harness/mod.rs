@@ -2,6 +2,7 @@
 //! a driver kills, stops and disconnects them and restarts and stalls Redis; a checker then
 //! reads the recorded history.
 
+pub mod deployment;
 pub mod driver;
 pub mod faults;
 pub mod history;
@@ -11,6 +12,7 @@ pub mod worker;
 
 use std::time::Duration;
 
+pub use deployment::Topology;
 pub use driver::{run, Outcome};
 pub use worker::run_if_worker;
 
@@ -23,6 +25,8 @@ pub struct Config {
     pub threads: usize,
     /// `FairMutex` instead of `Mutex`.
     pub fair: bool,
+    /// What the lock's Redis is.
+    pub topology: Topology,
     /// The lease of every hold; faults are sized from it.
     pub lease: Duration,
     /// Rounds of faults; each round injects every kind once, in a random order.

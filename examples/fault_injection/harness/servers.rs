@@ -13,11 +13,26 @@ pub struct RedisProcess {
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    role: Role,
+}
+
+/// What a server is started as.
+#[derive(Clone)]
+pub enum Role {
+    /// A data node, with these arguments besides the usual ones.
+    Data(Vec<String>),
+    /// A sentinel monitoring the master at this port under this name.
+    Sentinel { master: String, master_port: u16 },
 }
 
 impl RedisProcess {
-    /// Starts a server on a free port; `tag` names its directory.
+    /// Starts a standalone server on a free port; `tag` names its directory.
     pub fn start(tag: &str) -> AnyResult<RedisProcess> {
+        RedisProcess::start_as(tag, Role::Data(Vec::new()))
+    }
+
+    /// Starts a server in `role` on a free port; `tag` names its directory.
+    pub fn start_as(tag: &str, role: Role) -> AnyResult<RedisProcess> {
         let dir = std::env::temp_dir().join(format!(
             "redmutex-faults-{}-{tag}-{}",
             std::process::id(),
@@ -31,6 +46,7 @@ impl RedisProcess {
                 port,
                 dir: dir.clone(),
                 child: None,
+                role: role.clone(),
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -41,13 +57,39 @@ impl RedisProcess {
     }
 
     fn spawn(&mut self) -> AnyResult<()> {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--enable-debug-command", "yes"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--logfile", "redis.log"])
+        let mut command = Command::new("redis-server");
+        match &self.role {
+            Role::Data(extra) => {
+                command
+                    .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no"])
+                    .args(["--enable-debug-command", "yes"])
+                    .arg("--dir")
+                    .arg(&self.dir)
+                    .args(["--logfile", "redis.log"])
+                    .args(extra);
+            }
+            Role::Sentinel {
+                master,
+                master_port,
+            } => {
+                // A sentinel rewrites its configuration file: it needs one of its own.
+                let conf = self.dir.join("sentinel.conf");
+                std::fs::write(
+                    &conf,
+                    format!(
+                        "port {}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
+                         sentinel monitor {master} 127.0.0.1 {master_port} 2\n\
+                         sentinel down-after-milliseconds {master} 5000\n\
+                         sentinel failover-timeout {master} 5000\n",
+                        self.port,
+                        self.dir.display()
+                    ),
+                )?;
+                command.arg(&conf).arg("--sentinel");
+            }
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -70,6 +112,10 @@ impl RedisProcess {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `redis://127.0.0.1:<port>/`

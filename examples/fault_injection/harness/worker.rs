@@ -22,6 +22,7 @@ const RUN: &str = "REDMUTEX_FAULTS_RUN";
 const THREADS: &str = "REDMUTEX_FAULTS_THREADS";
 const FAIR: &str = "REDMUTEX_FAULTS_FAIR";
 const LEASE_MS: &str = "REDMUTEX_FAULTS_LEASE_MS";
+const REPLICA_ACKS: &str = "REDMUTEX_FAULTS_REPLICA_ACKS";
 
 /// The name of the one lock every worker takes.
 pub const LOCK_NAME: &str = "fenced-resource";
@@ -37,6 +38,8 @@ pub struct WorkerSpec {
     pub threads: usize,
     pub fair: bool,
     pub lease: Duration,
+    /// Replicas that must acknowledge each acquire (0: none).
+    pub replica_acks: u32,
 }
 
 impl WorkerSpec {
@@ -48,7 +51,8 @@ impl WorkerSpec {
             .env(RUN, &self.run)
             .env(THREADS, self.threads.to_string())
             .env(FAIR, if self.fair { "1" } else { "0" })
-            .env(LEASE_MS, self.lease.as_millis().to_string());
+            .env(LEASE_MS, self.lease.as_millis().to_string())
+            .env(REPLICA_ACKS, self.replica_acks.to_string());
     }
 
     fn from_env() -> AnyResult<Option<WorkerSpec>> {
@@ -64,6 +68,7 @@ impl WorkerSpec {
             threads: var(THREADS)?.parse()?,
             fair: var(FAIR)? == "1",
             lease: Duration::from_millis(var(LEASE_MS)?.parse()?),
+            replica_acks: var(REPLICA_ACKS)?.parse()?,
         }))
     }
 }
@@ -101,12 +106,15 @@ fn run(spec: WorkerSpec) -> AnyResult<()> {
             stop.store(true, Ordering::SeqCst);
         });
     }
-    let client = Client::builder()
+    let mut builder = Client::builder()
         .default_lease(spec.lease)
         .connect_timeout(spec.lease)
         .response_timeout(spec.lease / 2)
-        .backoff(Duration::from_millis(1), Duration::from_millis(50))
-        .open(spec.lock_url.as_str())?;
+        .backoff(Duration::from_millis(1), Duration::from_millis(50));
+    if spec.replica_acks > 0 {
+        builder = builder.replica_acks(spec.replica_acks, spec.lease / 4);
+    }
+    let client = builder.open(spec.lock_url.as_str())?;
     let keys = ResourceKeys::new(&spec.run);
     let threads: Vec<_> = (0..spec.threads)
         .map(|t| {
