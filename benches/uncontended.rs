@@ -11,19 +11,12 @@ mod support;
 
 mod common;
 
+use common::{crate_scripts_cycle, interleaved_rates, raw_cycle, Cycle};
+
 use std::time::{Duration, Instant};
 
 use redmutex::Client;
 use support::RedisServer;
-
-// The crate's own acquire and release scripts, read from their files.
-const ACQUIRE_LUA: &str = concat!(
-    include_str!("../src/lease/lua/errors.lua"),
-    include_str!("../src/lease/lua/fence.lua"),
-    include_str!("../src/primitives/mutex/acquire.lua"),
-);
-
-const CRATE_RELEASE_LUA: &str = include_str!("../src/primitives/mutex/release.lua");
 
 struct Mode {
     rounds: usize,
@@ -46,98 +39,6 @@ fn mode() -> Mode {
             measuring: false,
         }
     }
-}
-
-/// One variant of the measured cycle.
-type Cycle<'a> = Box<dyn FnMut() + 'a>;
-
-/// Runs the variants in turns of `CHUNK` cycles each until `time` has passed, and returns
-/// each one's rate in cycles per second. Fine interleaving makes the ratios between variants
-/// robust to the load of a shared machine drifting during the run.
-fn interleaved_rates(time: Duration, variants: &mut [Cycle<'_>]) -> Vec<f64> {
-    const CHUNK: u64 = 32;
-    for v in variants.iter_mut() {
-        for _ in 0..CHUNK {
-            v(); // warm up: connections, script cache
-        }
-    }
-    let mut spent = vec![Duration::ZERO; variants.len()];
-    let mut cycles = 0u64;
-    let start = Instant::now();
-    let n = variants.len();
-    let mut turn = 0;
-    while start.elapsed() < time {
-        // Rotate who goes first, so that no variant always follows the same one.
-        for k in 0..n {
-            let i = (turn + k) % n;
-            let t = Instant::now();
-            for _ in 0..CHUNK {
-                variants[i]();
-            }
-            spent[i] += t.elapsed();
-        }
-        turn += 1;
-        cycles += CHUNK;
-    }
-    spent
-        .iter()
-        .map(|d| cycles as f64 / d.as_secs_f64())
-        .collect()
-}
-
-fn raw_cycle(server: &RedisServer) -> Cycle<'static> {
-    let mut conn = server.conn();
-    let release = redis::Script::new(common::RAW_RELEASE_LUA);
-    let mut seq = 0u64;
-    Box::new(move || {
-        seq += 1;
-        let token = format!("raw-token:{seq}");
-        let ok: Option<String> = redis::cmd("SET")
-            .arg("raw-lock")
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(30_000)
-            .query(&mut conn)
-            .expect("SET NX PX");
-        assert!(ok.is_some());
-        let deleted: i64 = release
-            .key("raw-lock")
-            .arg(&token)
-            .invoke(&mut conn)
-            .expect("EVALSHA");
-        assert_eq!(deleted, 1);
-    })
-}
-
-/// The same two round trips as the Mutex, with the crate's own scripts, on one connection:
-/// separates what the scripts cost Redis from what the client adds.
-fn raw_cycle_with_crate_scripts(server: &RedisServer) -> Cycle<'static> {
-    let mut conn = server.conn();
-    let acquire = redis::Script::new(ACQUIRE_LUA);
-    let release = redis::Script::new(CRATE_RELEASE_LUA);
-    let mut seq = 0u64;
-    Box::new(move || {
-        seq += 1;
-        let token = format!("raw-token:{seq}");
-        let (ok, _fence): (i64, i64) = acquire
-            .key("rawc:{l}")
-            .key("rawc:{l}:fence")
-            .key("rawc:{l}:waiting")
-            .arg(&token)
-            .arg(30_000)
-            .invoke(&mut conn)
-            .expect("acquire");
-        assert_eq!(ok, 1);
-        let deleted: i64 = release
-            .key("rawc:{l}")
-            .key("rawc:{l}:waiting")
-            .arg(&token)
-            .arg("rawc:{l}:ch")
-            .invoke(&mut conn)
-            .expect("release");
-        assert_eq!(deleted, 1);
-    })
 }
 
 fn mutex_cycle(client: &Client) -> Cycle<'static> {
@@ -182,9 +83,9 @@ fn main() {
     let mut scripts_only = Vec::new();
     let mut reentrant = Vec::new();
     let mut variants = [
-        raw_cycle(&server),
+        raw_cycle(server.conn(), "raw-lock"),
         mutex_cycle(&client),
-        raw_cycle_with_crate_scripts(&server),
+        crate_scripts_cycle(server.conn(), "l"),
     ];
     for _ in 0..mode.rounds {
         let rates = interleaved_rates(mode.round_time, &mut variants);

@@ -274,3 +274,124 @@ fn a_lock_the_new_master_lacks_is_reported_lost_never_silently() {
     assert!(g.is_lost());
     assert!(g.unlock().unwrap_err().is_lock_lost());
 }
+
+/// A sentinel that listens with TLS (and plainly, for the test) and reaches the master over
+/// TLS; killed when dropped.
+#[cfg(feature = "tls")]
+struct TlsSentinel {
+    child: std::process::Child,
+    plain: u16,
+    tls: u16,
+}
+
+#[cfg(feature = "tls")]
+impl TlsSentinel {
+    fn start(master: &support::tls::TlsRedisServer) -> TlsSentinel {
+        let dir = support::scratch_dir("tls-sentinel");
+        let (plain, tls) = (support::free_port(), support::free_port());
+        let file = |f: &str| master.certs.path(f).display().to_string();
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {plain}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
+                 tls-port {tls}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-auth-clients no\ntls-replication yes\n\
+                 sentinel monitor tlsmaster 127.0.0.1 {} 1\n",
+                dir.display(),
+                file("server.crt"),
+                file("server.key"),
+                file("ca.crt"),
+                master.tls_port()
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start a sentinel");
+        TlsSentinel { child, plain, tls }
+    }
+
+    /// Whether the sentinel has heard from the master lately and finds it healthy (from
+    /// `SENTINEL MASTER`, over its plain port).
+    fn sees_master(&self) -> bool {
+        self.master_fields().is_some_and(|f| {
+            f.get("flags").map(String::as_str) == Some("master")
+                && f.get("info-refresh")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .is_some_and(|ms| ms < 5000)
+        })
+    }
+
+    fn master_fields(&self) -> Option<std::collections::HashMap<String, String>> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.plain)).ok()?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .ok()?;
+        redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg("tlsmaster")
+            .query(&mut conn)
+            .ok()
+    }
+}
+
+#[cfg(feature = "tls")]
+impl Drop for TlsSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rediss+sentinel://`: TLS to the sentinel, and to the master it names.
+#[cfg(feature = "tls")]
+#[test]
+fn a_sentinel_deployment_over_tls() {
+    use support::tls::{ClientAuth, TlsRedisServer};
+    let master = TlsRedisServer::start(ClientAuth::Off, &[]);
+    let sentinel = TlsSentinel::start(&master);
+    // The sentinel reaches the master over TLS and finds it healthy.
+    assert!(eventually(LIMIT, || sentinel.sees_master()));
+    let url = format!("rediss+sentinel://127.0.0.1:{}/tlsmaster", sentinel.tls);
+    let client = Client::builder()
+        .tls_ca_certificates(master.certs.ca())
+        .connect_timeout(Duration::from_secs(5))
+        .open(url.as_str())
+        .unwrap();
+    let g = client.mutex("over-tls").lock().unwrap();
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{over-tls}")
+        .query(&mut master.server.conn())
+        .unwrap();
+    assert!(exists, "the lock is not on the master");
+    // A waiter, over its own TLS subscriber connection, hears the release.
+    let waiter = client.clone();
+    let t = std::thread::spawn(move || {
+        waiter
+            .mutex("over-tls")
+            .try_lock_for(LIMIT)
+            .map(|g| g.is_some())
+    });
+    assert!(eventually(LIMIT, || client.stats().contended >= 1));
+    std::thread::sleep(Duration::from_millis(200));
+    g.unlock().unwrap();
+    assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
+    assert!(
+        client.stats().notifications >= 1,
+        "the release was not heard"
+    );
+    // Without the CA, the sentinel's certificate is refused: a connection error, in time.
+    let untrusting = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .open(url.as_str())
+        .unwrap();
+    let started = Instant::now();
+    let err = untrusting.mutex("over-tls").try_lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}

@@ -5,6 +5,7 @@
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// The raw loops' release: the classic compare-and-delete.
 pub const RAW_RELEASE_LUA: &str = r#"
@@ -13,6 +14,18 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 "#;
+
+// The crate's own acquire and release scripts, read from their files.
+const ACQUIRE_LUA: &str = concat!(
+    include_str!("../../src/lease/lua/errors.lua"),
+    include_str!("../../src/lease/lua/fence.lua"),
+    include_str!("../../src/primitives/mutex/acquire.lua"),
+);
+
+const CRATE_RELEASE_LUA: &str = concat!(
+    include_str!("../../src/lease/lua/announce.lua"),
+    include_str!("../../src/primitives/mutex/release.lua"),
+);
 
 /// Whether this is a real measurement (`cargo bench`, which passes `--bench`) rather than
 /// the short smoke run of `cargo test --benches`.
@@ -142,4 +155,97 @@ pub fn rss_bytes() -> u64 {
 /// The number of threads of this process.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
+}
+
+/// One variant of the measured cycle.
+pub type Cycle<'a> = Box<dyn FnMut() + 'a>;
+
+/// Runs the variants in turns of `CHUNK` cycles each until `time` has passed, and returns
+/// each one's rate in cycles per second. Fine interleaving makes the ratios between variants
+/// robust to the load of a shared machine drifting during the run.
+pub fn interleaved_rates(time: Duration, variants: &mut [Cycle<'_>]) -> Vec<f64> {
+    const CHUNK: u64 = 32;
+    for v in variants.iter_mut() {
+        for _ in 0..CHUNK {
+            v(); // warm up: connections, script cache
+        }
+    }
+    let mut spent = vec![Duration::ZERO; variants.len()];
+    let mut cycles = 0u64;
+    let start = Instant::now();
+    let n = variants.len();
+    let mut turn = 0;
+    while start.elapsed() < time {
+        // Rotate who goes first, so that no variant always follows the same one.
+        for k in 0..n {
+            let i = (turn + k) % n;
+            let t = Instant::now();
+            for _ in 0..CHUNK {
+                variants[i]();
+            }
+            spent[i] += t.elapsed();
+        }
+        turn += 1;
+        cycles += CHUNK;
+    }
+    spent
+        .iter()
+        .map(|d| cycles as f64 / d.as_secs_f64())
+        .collect()
+}
+
+/// The raw limit: `SET key NX PX` then an `EVALSHA` compare-and-delete, on one connection.
+pub fn raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<'static> {
+    let release = redis::Script::new(RAW_RELEASE_LUA);
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query(&mut conn)
+            .expect("SET NX PX");
+        assert!(ok.is_some());
+        let deleted: i64 = release
+            .key(key)
+            .arg(&token)
+            .invoke(&mut conn)
+            .expect("EVALSHA");
+        assert_eq!(deleted, 1);
+    })
+}
+
+/// The same two round trips as a `Mutex`, with the crate's own scripts, on one connection,
+/// over keys tagged `{tag}`: separates what the scripts cost Redis from what the client adds.
+pub fn crate_scripts_cycle(mut conn: redis::Connection, tag: &str) -> Cycle<'static> {
+    let acquire = redis::Script::new(ACQUIRE_LUA);
+    let release = redis::Script::new(CRATE_RELEASE_LUA);
+    let [lock, fence, waiting, channel] =
+        ["", ":fence", ":waiting", ":ch"].map(|suffix| format!("rawc:{{{tag}}}{suffix}"));
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let (ok, _fence): (i64, i64) = acquire
+            .key(&lock)
+            .key(&fence)
+            .key(&waiting)
+            .arg(&token)
+            .arg(30_000)
+            .invoke(&mut conn)
+            .expect("acquire");
+        assert_eq!(ok, 1);
+        let deleted: i64 = release
+            .key(&lock)
+            .key(&waiting)
+            .arg(&token)
+            .arg(&channel)
+            .invoke(&mut conn)
+            .expect("release");
+        assert_eq!(deleted, 1);
+    })
 }

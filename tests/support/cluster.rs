@@ -6,14 +6,26 @@ use std::time::Duration;
 
 use super::RedisServer;
 
-/// Three masters with one replica each.
+/// Three masters, with one replica each unless started with [`start_masters`].
+///
+/// [`start_masters`]: ClusterDeployment::start_masters
 pub struct ClusterDeployment {
     pub nodes: Vec<RedisServer>,
 }
 
 impl ClusterDeployment {
+    /// Three masters with one replica each.
     pub fn start() -> ClusterDeployment {
-        let nodes: Vec<RedisServer> = (0..6)
+        ClusterDeployment::start_with_replicas(1)
+    }
+
+    /// Three masters and no replica.
+    pub fn start_masters() -> ClusterDeployment {
+        ClusterDeployment::start_with_replicas(0)
+    }
+
+    fn start_with_replicas(replicas: usize) -> ClusterDeployment {
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 RedisServer::start_with(&[
                     "--cluster-enabled",
@@ -33,7 +45,7 @@ impl ClusterDeployment {
             create.arg(format!("127.0.0.1:{}", n.port()));
         }
         let status = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()

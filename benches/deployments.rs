@@ -1,0 +1,152 @@
+//! Deployments: a local Redis Cluster of three masters.
+//!
+//! 1. Uncontended lock + unlock on one thread, beside a raw redis-rs loop (`SET NX PX` +
+//!    `EVALSHA` compare-and-delete) on a plain connection to the same master, interleaved in
+//!    the same rounds.
+//! 2. The renewal of 10,000 held locks whose names spread over the three masters: round trips
+//!    per renewal period, against the bound of one per batch of 1,000 plus one per master.
+//!
+//! `cargo bench --bench deployments` measures and writes
+//! `target/bench-results/deployments.json`. Run by `cargo test --benches`, it does a short
+//! smoke run instead.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{crate_scripts_cycle, interleaved_rates, raw_cycle, spread, Cycle, Json};
+use redmutex::Client;
+use support::cluster::ClusterDeployment;
+use support::RedisServer;
+
+/// How many renewals the client sends in one pipelined round trip (`lease/renewal.rs`).
+const RENEWAL_BATCH: usize = 1000;
+
+fn mutex_cycle(client: &Client) -> Cycle<'static> {
+    let m = client.mutex("bench-lock");
+    Box::new(move || {
+        let g = m.lock().expect("lock");
+        g.unlock().expect("unlock");
+    })
+}
+
+fn main() {
+    let measuring = common::measuring();
+    let (rounds, round_time) = if measuring {
+        (9, Duration::from_secs(3))
+    } else {
+        (1, Duration::from_millis(100))
+    };
+    let cluster = ClusterDeployment::start_masters();
+
+    // 1. Uncontended, beside the raw loop on the lock's own master.
+    let client = Client::builder()
+        .pool_size(1)
+        .open(cluster.url())
+        .expect("client");
+    let master = cluster.master_of("redmutex:{bench-lock}");
+    // The same hash tag as the Mutex's keys: the same slot, the same master.
+    let mut variants = [
+        raw_cycle(master.conn(), "{bench-lock}:raw"),
+        mutex_cycle(&client),
+        crate_scripts_cycle(master.conn(), "bench-lock"),
+    ];
+    let (mut raw, mut ours, mut ratios, mut scripts) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let rates = interleaved_rates(round_time, &mut variants);
+        raw.push(rates[0]);
+        ours.push(rates[1]);
+        ratios.push(rates[1] / rates[0]);
+        scripts.push(rates[2] / rates[0]);
+    }
+    drop(variants);
+    client.shutdown();
+    let (raw, ours, ratio, scripts) = (spread(raw), spread(ours), spread(ratios), spread(scripts));
+    println!("cluster of 3 masters, uncontended, one thread, {rounds} rounds of {round_time:?}");
+    println!(
+        "  raw SET NX PX + EVALSHA CAD   {:>10.0} /s  [{:.0} .. {:.0}]",
+        raw.median, raw.min, raw.max
+    );
+    println!(
+        "  Mutex lock + unlock           {:>10.0} /s  [{:.0} .. {:.0}]",
+        ours.median, ours.min, ours.max
+    );
+    println!(
+        "  ratio to raw (same round)     {:>10.3}     [{:.3} .. {:.3}]",
+        ratio.median, ratio.min, ratio.max
+    );
+
+    println!(
+        "  raw loop with the crate's scripts, ratio to raw {:.3} [{:.3} .. {:.3}]",
+        scripts.median, scripts.min, scripts.max
+    );
+
+    // 2. Renewal of many locks over the three masters.
+    let (held, interval, periods) = if measuring {
+        (10_000usize, Duration::from_secs(2), 5)
+    } else {
+        (300, Duration::from_millis(300), 2)
+    };
+    let client = Client::builder()
+        .default_lease(Duration::from_secs(30))
+        .renewal_interval(interval)
+        .open(cluster.url())
+        .expect("client");
+    let guards: Vec<_> = (0..held)
+        .map(|i| client.mutex(format!("held:{i}")).lock().expect("lock"))
+        .collect();
+    let per_master: Vec<u64> = cluster
+        .masters()
+        .into_iter()
+        // Two keys per held lock: the lock and its fencing counter.
+        .map(|m| dbsize(m) / 2)
+        .collect();
+    let deadline = Instant::now() + interval * (periods as u32 + 5) * 4;
+    // The first period loads the renewal script on each master: measure from the second.
+    while client.stats().renewals < held as u64 {
+        assert!(Instant::now() < deadline, "renewal did not start");
+        std::thread::sleep(interval / 10);
+    }
+    let before = client.stats();
+    while client.stats().renewals < before.renewals + (held * periods) as u64 {
+        assert!(Instant::now() < deadline, "renewal did not keep up");
+        std::thread::sleep(interval / 10);
+    }
+    let after = client.stats();
+    let renewed_periods = (after.renewals - before.renewals) as f64 / held as f64;
+    let trips = (after.renewal_round_trips - before.renewal_round_trips) as f64 / renewed_periods;
+    let time_ms = (after.renewal_time - before.renewal_time).as_secs_f64() * 1e3 / renewed_periods;
+    let bound = held.div_ceil(RENEWAL_BATCH) + 3;
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    drop(guards);
+    client.shutdown();
+    println!("  {held} held locks over the masters {per_master:?} (locks per master)");
+    println!(
+        "  renewal round trips / period  {trips:>10.2}     (bound {bound}); {time_ms:.1} ms per period"
+    );
+
+    let mut json = Json::default();
+    json.text("benchmark", "deployments")
+        .num("rounds", rounds as f64)
+        .spread("cluster_raw_ops_per_sec", raw)
+        .spread("cluster_mutex_ops_per_sec", ours)
+        .spread("cluster_ratio_to_raw", ratio)
+        .spread("cluster_crate_scripts_ratio_to_raw", scripts)
+        .num("held_locks", held as f64)
+        .num("renewal_round_trips_per_period", trips)
+        .num("renewal_round_trip_bound", bound as f64)
+        .num("renewal_ms_per_period", time_ms);
+    for (i, n) in per_master.iter().enumerate() {
+        json.num(&format!("locks_on_master_{i}"), *n as f64);
+    }
+    common::write_results("deployments", &json);
+}
+
+/// The number of keys of `node`.
+fn dbsize(node: &RedisServer) -> u64 {
+    redis::cmd("DBSIZE").query(&mut node.conn()).unwrap_or(0)
+}
