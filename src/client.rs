@@ -161,6 +161,11 @@ impl Client {
     pub fn shutdown(self) {
         self.shared.shut_down();
     }
+
+    /// What every lock made from this client shares.
+    pub(crate) fn context(&self) -> &Arc<LockContext> {
+        &self.shared
+    }
 }
 
 impl fmt::Debug for Client {

@@ -16,6 +16,7 @@ mod address;
 mod cluster;
 mod pool;
 mod sentinel;
+mod split_call;
 mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
@@ -331,6 +332,11 @@ impl Connections {
     /// The shard whose server holds the keys (and the sharded channels) of `route`.
     pub(crate) fn shard_of(&self, route: &str) -> usize {
         self.deployment.shard_of(route)
+    }
+
+    /// A pooled connection to the server of `shard`.
+    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
+        self.deployment.checkout(shard, doing)
     }
 
     /// A new subscriber connection to the server of `shard`.

@@ -3,10 +3,12 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::config::Config;
-use crate::connection::Connections;
+use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::lease::cleanup::Cleanup;
 use crate::lease::renewal::Renewal;
 use crate::stats::{Background, Counters, Stats};
 use crate::token::TokenSource;
@@ -64,6 +66,25 @@ impl LockContext {
         self.renewal.shutdown();
         self.subscriber.shutdown();
         self.connections.shutdown();
+    }
+
+    /// Has the renewal thread send `call` (a token-checked removal of what a call whose
+    /// outcome is unknown may have left) until Redis answers or `give_up_at`.
+    pub(crate) fn clean_up_later(
+        &self,
+        lock_key: &Arc<str>,
+        name: &Arc<str>,
+        call: ScriptCall,
+        give_up_at: Instant,
+    ) {
+        self.renewal.clean_up_later(
+            lock_key,
+            Cleanup {
+                name: Arc::clone(name),
+                call,
+                give_up_at,
+            },
+        );
     }
 
     /// Fails at once when the client was shut down.

@@ -21,3 +21,4 @@ pub use poison::PoisonInfo;
 pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle};
 pub(crate) use raw_lock::RawLock;
 pub use state::LeaseWatch;
+pub(crate) use state::{LeaseState, LostReason};

@@ -4,10 +4,12 @@
 mod fair_mutex;
 mod mutex;
 mod mutex_guard;
+mod redlock;
 
 pub use fair_mutex::FairMutex;
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;
+pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
 
 #[cfg(test)]
 mod tests {
@@ -59,7 +61,8 @@ mod tests {
         let scripts = crate::lease::scripts::all()
             .into_iter()
             .chain(super::mutex::scripts())
-            .chain(super::fair_mutex::scripts());
+            .chain(super::fair_mutex::scripts())
+            .chain(super::redlock::scripts());
         let mut loaded = 0;
         for (name, script) in scripts {
             if let Err(e) = script.load(&mut conn) {
@@ -67,7 +70,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 11);
+        assert_eq!(loaded, 13);
         drop(server);
     }
 }

@@ -258,6 +258,11 @@ struct MutexProtocol;
 
 static PROTOCOL: MutexProtocol = MutexProtocol;
 
+/// The protocol of a `Mutex`, for locks made of several (Redlock).
+pub(crate) fn protocol() -> &'static dyn Protocol {
+    &PROTOCOL
+}
+
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_fence(include_str!("mutex/acquire.lua")));
 

@@ -24,9 +24,10 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::stats::Counters;
 
+pub(crate) use backoff::Backoff;
 pub(crate) use gate::Gates;
 pub(crate) use pause::Pause;
-pub(crate) use subscriber::{Subscriber, Subscription};
+pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt<W> {

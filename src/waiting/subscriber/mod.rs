@@ -33,9 +33,10 @@ use push::Flavour;
 /// The name the subscriber threads carry.
 pub(crate) const THREAD_NAME: &str = "redmutex-notify";
 
-/// A waiter's wake-up signal: a counter that the subscriber bumps.
+/// A waiter's wake-up signal: a counter that the subscriber bumps. Subscriptions to the
+/// channels of several servers (a Redlock waiter's) can share one.
 #[derive(Default)]
-struct Signal {
+pub(crate) struct Signal {
     generation: Mutex<u64>,
     bumped: Condvar,
 }
@@ -171,7 +172,7 @@ impl Subscriber {
         if !entry.confirmed {
             return None;
         }
-        Some(register(shared, entry, channel, filter))
+        Some(register(shared, entry, channel, filter, Arc::default()))
     }
 
     /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
@@ -181,6 +182,17 @@ impl Subscriber {
         &self,
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        self.subscribe_with(channel, filter, Arc::default())
+    }
+
+    /// [`subscribe`](Self::subscribe), bumping `signal` on a wake-up: a signal shared with
+    /// subscriptions of other clients wakes one waiter from any of them.
+    pub(crate) fn subscribe_with(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+        signal: Arc<Signal>,
     ) -> Option<Subscription> {
         let shared = self.shared();
         let shard = shared.connections.shard_of(channel);
@@ -192,7 +204,7 @@ impl Subscriber {
             }
             let lane = entry.lane.unwrap_or(shard);
             (
-                register(shared, entry, channel, filter),
+                register(shared, entry, channel, filter, signal),
                 !entry.confirmed,
                 lane,
             )
@@ -236,9 +248,9 @@ fn register(
     entry: &mut Channel,
     channel: &Arc<str>,
     filter: Option<Arc<str>>,
+    signal: Arc<Signal>,
 ) -> Subscription {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let signal = Arc::new(Signal::default());
     entry.idle_since = None;
     entry.registrations.insert(
         id,

@@ -1,0 +1,309 @@
+//! `RedlockGuard`: proof of holding a lock on a majority of a Redlock's instances.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use crate::config::validate_lease;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::{LeaseState, LeaseWatch, LostReason};
+
+/// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
+pub(crate) struct RedlockHold {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Vec<LockKeys>,
+    pub(crate) token: Arc<str>,
+    pub(crate) fencing_token: u64,
+    pub(crate) lease: Duration,
+    pub(crate) fixed_lease: bool,
+    pub(crate) state: Arc<LeaseState>,
+    pub(crate) released: AtomicBool,
+}
+
+/// One hold of the current thread, and how many of its guards live.
+struct Held {
+    hold: Arc<RedlockHold>,
+    guards: usize,
+}
+
+impl Held {
+    fn is(&self, redlock: u64, name: &str) -> bool {
+        self.hold.inner.id == redlock && &*self.hold.name == name
+    }
+}
+
+thread_local! {
+    /// This thread's holds.
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The hold of `name` on this thread, counted once more, if any.
+pub(crate) fn reenter(redlock: u64, name: &str) -> Option<Arc<RedlockHold>> {
+    HELD.try_with(|held| {
+        let mut held = held.borrow_mut();
+        let entry = held
+            .iter_mut()
+            .find(|h| h.is(redlock, name) && !h.hold.is_released())?;
+        entry.guards += 1;
+        Some(Arc::clone(&entry.hold))
+    })
+    .ok()
+    .flatten()
+}
+
+/// How many guards of `name` this thread holds.
+pub(crate) fn hold_count(redlock: u64, name: &str) -> usize {
+    HELD.try_with(|held| {
+        held.borrow()
+            .iter()
+            .find(|h| h.is(redlock, name))
+            .map_or(0, |h| h.guards)
+    })
+    .unwrap_or(0)
+}
+
+fn enter(hold: &Arc<RedlockHold>) {
+    let _ = HELD.try_with(|held| {
+        held.borrow_mut().push(Held {
+            hold: Arc::clone(hold),
+            guards: 1,
+        });
+    });
+}
+
+/// Counts one guard of `hold` out; returns whether it was the last.
+fn leave(hold: &Arc<RedlockHold>) -> bool {
+    HELD.try_with(|held| {
+        let mut held = held.borrow_mut();
+        let Some(at) = held.iter().position(|h| Arc::ptr_eq(&h.hold, hold)) else {
+            return true;
+        };
+        held[at].guards -= 1;
+        if held[at].guards == 0 {
+            held.swap_remove(at);
+            return true;
+        }
+        false
+    })
+    .unwrap_or(true)
+}
+
+impl RedlockHold {
+    fn is_released(&self) -> bool {
+        self.released.load(Ordering::Acquire)
+    }
+
+    /// Releases on every instance, once. `Ok` when a majority released it; `LockLost` when
+    /// the lease was lost or a majority no longer held it.
+    fn release(&self) -> Result<()> {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.renewal.unregister(self);
+        let lost = self.state.lost_reason();
+        let doing = Doing::lock("releasing", &self.name);
+        let (released, not_ours, error) =
+            self.inner
+                .release_round(&self.name, &self.keys, &self.token, self.lease, doing);
+        self.state.mark_released();
+        let n = self.inner.instances.len();
+        if released < self.inner.quorum {
+            log::warn!(
+                "redmutex: Redlock {:?} was released on {released} of {n} instances; the rest \
+                 expire with the lease",
+                self.name
+            );
+        }
+        if let Some(reason) = lost {
+            return Err(self.lost(reason));
+        }
+        if released >= self.inner.quorum {
+            return Ok(());
+        }
+        match error {
+            Some(e) if released + (n - released - not_ours) >= self.inner.quorum => Err(e),
+            _ => Err(self.lost(LostReason::Taken)),
+        }
+    }
+
+    fn lost(&self, reason: LostReason) -> Error {
+        Error::new(
+            ErrorKind::LockLost,
+            format!("Redlock {:?} was lost: {}", self.name, reason.describe()),
+        )
+    }
+}
+
+/// A lock held on a majority of a Redlock's instances. Dropping it releases the lock on every
+/// instance (the outermost guard of a re-entrant hold; inner ones only count down).
+///
+/// A failed release in `drop` is logged and never panics; call
+/// [`unlock`](RedlockGuard::unlock) to see the error instead. The guard is not `Send`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let redlock = redmutex::Redlock::open(["redis://a/", "redis://b/", "redis://c/"])?;
+/// let guard = redlock.mutex("ledger").lock()?;
+/// // ... write, passing guard.fencing_token() ...
+/// if guard.is_lost() {
+///     eprintln!("the majority was lost; the write may have overlapped another holder");
+/// }
+/// guard.unlock()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the Redlock will immediately unlock"]
+pub struct RedlockGuard {
+    hold: Arc<RedlockHold>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl RedlockGuard {
+    pub(crate) fn new(hold: Arc<RedlockHold>, reentered: bool) -> Self {
+        if !reentered {
+            enter(&hold);
+        }
+        RedlockGuard {
+            hold,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The fencing token of this acquisition, ordered across every Redlock acquisition of
+    /// the same name: strictly greater than that of every acquisition that held the lock
+    /// before this one.
+    ///
+    /// Each instance keeps a counter, as for a [`Mutex`](crate::Mutex). An acquisition takes
+    /// the largest counter its majority returned, and raises the counters of that majority
+    /// to it while it holds the lock there, before the guard is returned. Any later
+    /// acquisition's majority shares at least one instance with that majority, and its
+    /// counter there can only have grown since: its token is larger. This holds across a
+    /// restart of an instance without data when the restart follows the delayed-restart rule
+    /// (a missing counter starts again from the server's clock in microseconds, above every
+    /// token handed out a lease earlier).
+    pub fn fencing_token(&self) -> u64 {
+        self.hold.fencing_token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.hold.name
+    }
+
+    /// Whether the lease is known to be lost, without a round trip: renewal found a majority
+    /// no longer holding it, or the lease ran out (counted from the start of the acquire,
+    /// minus the drift allowance) without a majority renewing it.
+    pub fn is_lost(&self) -> bool {
+        self.hold.state.is_lost()
+    }
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        LeaseWatch::new(Arc::clone(&self.hold.state))
+    }
+
+    /// Asks every instance whether it still holds this guard's token; returns the remaining
+    /// lease as a majority sees it.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when fewer than a majority hold it; a connection error when
+    /// too few instances answered to tell.
+    pub fn verify(&self) -> Result<Duration> {
+        let h = &self.hold;
+        match h.inner.check_round(&h.name, &h.keys, &h.token)? {
+            Some(remaining) => Ok(remaining),
+            None => {
+                h.state.mark_lost(LostReason::Taken);
+                Err(h.lost(LostReason::Taken))
+            }
+        }
+    }
+
+    /// Adds `additional` to the remaining lease on every instance that holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](RedlockGuard::verify), and
+    /// [`ErrorKind::InvalidArgument`] for a lease out of range.
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        validate_lease(additional)?;
+        let h = &self.hold;
+        if let Some(reason) = h.state.lost_reason() {
+            return Err(h.lost(reason));
+        }
+        let sent_at = Instant::now();
+        match h
+            .inner
+            .change_lease_round(&h.name, &h.keys, &h.token, additional, "add")?
+        {
+            Some(remaining) => {
+                let drift = Inner::drift(remaining);
+                h.state
+                    .expires_at_set(sent_at + remaining.saturating_sub(drift));
+                Ok(())
+            }
+            None => {
+                h.state.mark_lost(LostReason::Taken);
+                Err(h.lost(LostReason::Taken))
+            }
+        }
+    }
+
+    /// Releases the lock on every instance now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease was lost, or a majority no longer held it; the
+    /// error of an instance when too few answered to tell (their copies expire with the
+    /// lease). Inner re-entrant guards only count down and return `Ok`.
+    pub fn unlock(self) -> Result<()> {
+        let hold = Arc::clone(&self.hold);
+        std::mem::forget(self);
+        if leave(&hold) {
+            hold.release()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How many guards of this lock the current thread holds (this one included).
+    pub fn hold_count(&self) -> usize {
+        hold_count(self.hold.inner.id, &self.hold.name)
+    }
+
+    /// Whether the lease has a fixed length (no renewal).
+    pub fn is_fixed_lease(&self) -> bool {
+        self.hold.fixed_lease
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if leave(&self.hold) {
+            if let Err(e) = self.hold.release() {
+                log::warn!(
+                    "redmutex: releasing Redlock {:?} failed: {e}",
+                    self.hold.name
+                );
+            }
+        }
+    }
+}
+
+impl fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.hold.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

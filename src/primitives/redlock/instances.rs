@@ -1,0 +1,68 @@
+//! The instances of a Redlock and the fan-out: one call per instance, all written before any
+//! reply is read, so that a round over N instances costs about one round trip.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::connection::ScriptCall;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::LockContext;
+
+/// One independent Redis master of a Redlock: the client that reaches it.
+#[derive(Clone)]
+pub(crate) struct Instance {
+    pub(crate) ctx: Arc<LockContext>,
+}
+
+impl Instance {
+    /// The keys of lock `name` on this instance (its client's key prefix).
+    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
+        LockKeys::new(&self.ctx.config.key_prefix, name)
+    }
+}
+
+/// Sends `calls[i]` to instance `i` (skipping `None`), then reads every reply, each by
+/// `deadline`. A call that could not be written fails at once; the others still run.
+pub(crate) fn fan_out(
+    instances: &[Instance],
+    keys: &[LockKeys],
+    calls: &[Option<ScriptCall>],
+    deadline: Instant,
+    doing: Doing<'_>,
+) -> Vec<Option<Result<redis::Value>>> {
+    let sent: Vec<Option<Result<_>>> = instances
+        .iter()
+        .zip(keys)
+        .zip(calls)
+        .map(|((instance, keys), call)| {
+            let call = call.as_ref()?;
+            Some(
+                instance
+                    .ctx
+                    .ensure_open()
+                    .and_then(|()| instance.ctx.connections.send(&keys.lock, call, doing)),
+            )
+        })
+        .collect();
+    sent.into_iter()
+        .map(|s| s.map(|s| s.and_then(|call| call.read(deadline, doing))))
+        .collect()
+}
+
+/// The error of a round in which too few instances answered: how many did, and why the
+/// others did not (the first reason).
+pub(crate) fn too_few_answered(answered: usize, of: usize, doing: Doing<'_>, why: &Error) -> Error {
+    Error::new(
+        why.kind(),
+        format!("{doing}: only {answered} of {of} Redlock instances answered: {why}"),
+    )
+}
+
+/// An error for a reply of the wrong shape.
+pub(crate) fn unexpected(doing: Doing<'_>, reply: &redis::Value) -> Error {
+    Error::new(
+        ErrorKind::Server,
+        format!("{doing}: unexpected reply {reply:?} from a Redlock instance"),
+    )
+}

@@ -1,0 +1,290 @@
+//! `RedlockMutex`: the handle to one lock name over a Redlock's instances, and its waiting
+//! loop.
+
+use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::guard::{self, RedlockGuard, RedlockHold};
+use super::quorum::Round;
+use super::Inner;
+use crate::config::validate_lease;
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::LeaseState;
+use crate::waiting::{Backoff, Signal, Subscription};
+
+/// A lock name held on a majority of a [`Redlock`](crate::Redlock)'s instances: the methods of
+/// [`Mutex`](crate::Mutex), with a [`RedlockGuard`].
+///
+/// Waiters listen for releases on every instance (an announcement from any instance wakes
+/// them) and retry with exponential backoff and full jitter, within their deadline.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::time::Duration;
+///
+/// let redlock = redmutex::Redlock::open(["redis://a/", "redis://b/", "redis://c/"])?;
+/// let job = redlock.mutex("nightly-report");
+/// match job.try_lock_for(Duration::from_secs(1))? {
+///     Some(_guard) => println!("running the report"),
+///     None => println!("another instance runs it"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedlockMutex {
+    inner: Arc<Inner>,
+    name: Arc<str>,
+    /// The keys on each instance, or why the name is refused.
+    keys: std::result::Result<Arc<Vec<LockKeys>>, Error>,
+    fixed_lease: Option<Duration>,
+}
+
+impl RedlockMutex {
+    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
+        let keys = inner.keys(name).map(Arc::new);
+        RedlockMutex {
+            inner,
+            name: Arc::from(name),
+            keys,
+            fixed_lease: None,
+        }
+    }
+
+    /// This handle, taking the lock for a fixed `lease` with no renewal. A lease of zero, over
+    /// [`MAX_LEASE`](crate::MAX_LEASE), or not above the per-instance timeout is reported by
+    /// the first acquire as an error.
+    pub fn with_lease(self, lease: Duration) -> Self {
+        RedlockMutex {
+            fixed_lease: Some(lease),
+            ..self
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Blocks until the calling thread holds the lock on a majority of the instances.
+    ///
+    /// # Errors
+    ///
+    /// A connection or timeout error when too few instances answer to make a majority;
+    /// [`ErrorKind::InvalidArgument`] for a bad name or lease.
+    pub fn lock(&self) -> Result<RedlockGuard> {
+        self.acquire(None, true)?
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
+    }
+
+    /// One attempt: the guard if a majority granted the lock (or this thread holds it
+    /// already), `None` otherwise.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](RedlockMutex::lock).
+    pub fn try_lock(&self) -> Result<Option<RedlockGuard>> {
+        self.acquire(Some(Instant::now()), false)
+    }
+
+    /// Waits up to `timeout` for the lock.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](RedlockMutex::lock).
+    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<RedlockGuard>> {
+        self.acquire(Instant::now().checked_add(timeout), true)
+    }
+
+    /// Waits until `deadline` for the lock.
+    ///
+    /// # Errors
+    ///
+    /// As for [`lock`](RedlockMutex::lock).
+    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<RedlockGuard>> {
+        self.acquire(Some(deadline), true)
+    }
+
+    /// Whether a majority of the instances hold the lock now (anyone's).
+    ///
+    /// # Errors
+    ///
+    /// A connection or timeout error when too few instances answer to tell.
+    pub fn is_locked(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        self.inner.locked_round(&self.name, keys)
+    }
+
+    /// Whether the calling thread holds the lock through this Redlock. Local.
+    pub fn is_held_by_current_thread(&self) -> bool {
+        self.hold_count() > 0
+    }
+
+    /// How many guards of this lock the calling thread holds now. Local.
+    pub fn hold_count(&self) -> usize {
+        guard::hold_count(self.inner.id, &self.name)
+    }
+
+    /// Deletes the lock on every instance, whoever holds it, and wakes its waiters. Returns
+    /// whether any instance had it. **Dangerous**, as [`Mutex::force_unlock`].
+    ///
+    /// [`Mutex::force_unlock`]: crate::Mutex::force_unlock
+    ///
+    /// # Errors
+    ///
+    /// A connection or timeout error when a majority did not answer.
+    pub fn force_unlock(&self) -> Result<bool> {
+        let keys = self.keys()?;
+        self.inner.force_round(&self.name, keys)
+    }
+
+    fn keys(&self) -> Result<&Vec<LockKeys>> {
+        self.keys.as_deref().map_err(Clone::clone)
+    }
+
+    fn lease(&self) -> Result<Duration> {
+        let lease = self.fixed_lease.unwrap_or(self.inner.default_lease);
+        validate_lease(lease)?;
+        if let Some(timeout) = self.inner.instance_timeout {
+            if lease <= timeout {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "the lease ({lease:?}) must be above the per-instance timeout \
+                         ({timeout:?})"
+                    ),
+                ));
+            }
+        }
+        Ok(lease)
+    }
+
+    fn acquire(&self, deadline: Option<Instant>, may_wait: bool) -> Result<Option<RedlockGuard>> {
+        if let Some(hold) = guard::reenter(self.inner.id, &self.name) {
+            return Ok(Some(RedlockGuard::new(hold, true)));
+        }
+        let keys = self.keys()?;
+        let lease = self.lease()?;
+        if let Some(guard) = self.attempt(keys, lease)? {
+            return Ok(Some(guard));
+        }
+        if !may_wait || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        self.wait(keys, lease, deadline)
+    }
+
+    /// One round with a new token; the guard when won.
+    fn attempt(&self, keys: &[LockKeys], lease: Duration) -> Result<Option<RedlockGuard>> {
+        self.attempt_or_wait_hint(keys, lease)
+            .map(|(guard, _)| guard)
+    }
+
+    fn attempt_or_wait_hint(
+        &self,
+        keys: &[LockKeys],
+        lease: Duration,
+    ) -> Result<(Option<RedlockGuard>, Option<Duration>)> {
+        let token: Arc<str> = Arc::from(self.inner.instances[0].ctx.tokens.next());
+        match self.inner.acquire_round(&self.name, keys, &token, lease)? {
+            Round::Acquired {
+                fencing_token,
+                valid_until,
+            } => {
+                let hold = Arc::new(RedlockHold {
+                    inner: Arc::clone(&self.inner),
+                    name: Arc::clone(&self.name),
+                    keys: keys.to_vec(),
+                    token,
+                    fencing_token,
+                    lease,
+                    fixed_lease: self.fixed_lease.is_some(),
+                    state: LeaseState::new(valid_until),
+                    released: AtomicBool::new(false),
+                });
+                if self.fixed_lease.is_none() && !self.inner.renewal.register(&hold) {
+                    // No renewal: give it back rather than hold a lease nobody renews.
+                    drop(RedlockGuard::new(hold, false));
+                    return Err(Error::new(
+                        ErrorKind::Connection,
+                        "cannot start the Redlock renewal thread",
+                    ));
+                }
+                Ok((Some(RedlockGuard::new(hold, false)), None))
+            }
+            Round::Held(hint) => Ok((None, hint)),
+        }
+    }
+
+    /// Waits for the lock: listens on every instance's release channel, and tries again when
+    /// a release is announced, or after a backoff step (a re-check period while a majority of
+    /// the subscriptions is live), never past the holders' remaining lease nor `deadline`.
+    #[cold]
+    fn wait(
+        &self,
+        keys: &[LockKeys],
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<RedlockGuard>> {
+        let signal = Arc::new(Signal::default());
+        let subscriptions: Vec<Subscription> = self
+            .inner
+            .instances
+            .iter()
+            .zip(keys)
+            .filter_map(|(i, k)| {
+                i.ctx
+                    .subscriber
+                    .subscribe_with(&k.channel, None, Arc::clone(&signal))
+            })
+            .collect();
+        let confirm_by = Instant::now() + self.inner.response_timeout();
+        let confirm_by = deadline.map_or(confirm_by, |d| d.min(confirm_by));
+        for s in &subscriptions {
+            s.wait_confirmed(confirm_by);
+        }
+        let (base, cap) = self.inner.backoff;
+        let mut backoff = Backoff::new(base, cap);
+        let recheck = cap.max(self.inner.renewal_interval);
+        loop {
+            let seen = subscriptions.first().map_or(0, Subscription::seen);
+            let (won, hint) = self.attempt_or_wait_hint(keys, lease)?;
+            if won.is_some() {
+                return Ok(won);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Ok(None);
+            }
+            let live = subscriptions.iter().filter(|s| s.is_live()).count();
+            let step = if live >= self.inner.quorum {
+                recheck
+            } else {
+                backoff.next_delay()
+            };
+            let mut delay = hint.map_or(step, |h| step.min(h.max(Duration::from_millis(1))));
+            if let Some(d) = deadline {
+                delay = delay.min(d - now);
+            }
+            match subscriptions.first() {
+                Some(s) => {
+                    s.wait(seen, now + delay);
+                }
+                None => std::thread::sleep(delay),
+            }
+        }
+    }
+}
+
+impl fmt::Debug for RedlockMutex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockMutex")
+            .field("name", &self.name)
+            .field("fixed_lease", &self.fixed_lease)
+            .finish_non_exhaustive()
+    }
+}

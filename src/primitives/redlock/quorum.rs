@@ -1,0 +1,373 @@
+//! The quorum rounds of a Redlock: each sends one call to every instance at once and counts
+//! the instances that agree.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use super::instances::{fan_out, too_few_answered, unexpected};
+use super::Inner;
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::error::{Doing, Error, Result};
+use crate::keys::LockKeys;
+use crate::lease::scripts::{CHANGE_LEASE, CHECK};
+use crate::lease::AcquireCall;
+use crate::primitives::mutex;
+
+/// Raises a lock's fencing counter to a Redlock's token: see `raise_fence.lua`.
+static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
+
+/// The remaining lease of a lock, whoever holds it: see `remaining.lua`.
+static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("remaining.lua")));
+
+/// The scripts of this module, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("redlock/raise_fence", &*RAISE_FENCE),
+        ("redlock/remaining", &*REMAINING),
+    ]
+}
+
+/// What one acquire round won.
+pub(crate) enum Round {
+    /// Held on a majority, with the fencing token, until `valid_until` at the latest.
+    Acquired {
+        fencing_token: u64,
+        valid_until: Instant,
+    },
+    /// Not acquired; try again after at most this long (the shortest lease the holders had
+    /// left, or a backoff step when that is unknown).
+    Held(Option<Duration>),
+}
+
+/// What an instance said to an acquire.
+enum Took {
+    Yes(u64),
+    No(Duration),
+    Failed(Error),
+}
+
+impl Inner {
+    /// The keys of lock `name` on every instance.
+    pub(crate) fn keys(&self, name: &str) -> Result<Vec<LockKeys>> {
+        self.instances.iter().map(|i| i.keys(name)).collect()
+    }
+
+    /// One acquire round: the acquire on every instance; with a majority and validity left,
+    /// the fencing counters of that majority raised to the largest token it returned; else
+    /// (or if the raise did not reach a majority in time) a release on every instance.
+    pub(crate) fn acquire_round(
+        &self,
+        name: &Arc<str>,
+        keys: &[LockKeys],
+        token: &str,
+        lease: Duration,
+    ) -> Result<Round> {
+        let doing = Doing::lock("acquiring", name);
+        let started = Instant::now();
+        let timeout = self.instance_timeout(lease);
+        let protocol = mutex::protocol();
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| {
+                Some(protocol.acquire(&AcquireCall {
+                    keys: k,
+                    token,
+                    lease,
+                    queue: false,
+                    waiter_timeout: lease,
+                }))
+            })
+            .collect();
+        let replies = fan_out(&self.instances, keys, &calls, started + timeout, doing);
+        let took: Vec<Took> = replies
+            .into_iter()
+            .map(|reply| match reply {
+                Some(Ok(value)) => match redis::from_redis_value::<(i64, i64)>(value.clone()) {
+                    Ok((1, fence)) => Took::Yes(u64::try_from(fence).unwrap_or(0)),
+                    Ok((0, ms)) => Took::No(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    _ => Took::Failed(unexpected(doing, &value)),
+                },
+                Some(Err(e)) => Took::Failed(e),
+                None => Took::Failed(Error::new(crate::ErrorKind::Server, "not sent")),
+            })
+            .collect();
+        let taken: Vec<usize> = (0..took.len())
+            .filter(|&i| matches!(took[i], Took::Yes(_)))
+            .collect();
+        let drift = Inner::drift(lease);
+        let valid_until = started + lease.saturating_sub(drift);
+        if taken.len() >= self.quorum && Instant::now() < valid_until {
+            let fencing_token = took
+                .iter()
+                .filter_map(|t| match t {
+                    Took::Yes(fence) => Some(*fence),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0);
+            if self.raise_fences(name, keys, token, fencing_token, &taken, timeout)
+                && Instant::now() < valid_until
+            {
+                return Ok(Round::Acquired {
+                    fencing_token,
+                    valid_until,
+                });
+            }
+        }
+        // Not won: give back whatever was taken, on every instance, those that did not
+        // answer too.
+        self.release_round(name, keys, token, lease, Doing::lock("rolling back", name));
+        let failed: Vec<&Error> = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::Failed(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        if failed.len() > self.instances.len() - self.quorum {
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                failed[0],
+            ));
+        }
+        let wait = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::No(ms) if !ms.is_zero() => Some(*ms),
+                _ => None,
+            })
+            .min();
+        Ok(Round::Held(wait))
+    }
+
+    /// Raises the fencing counters on the instances in `taken` to `fencing_token`, while the
+    /// lock is held there. Returns whether a majority did it in time.
+    fn raise_fences(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        token: &str,
+        fencing_token: u64,
+        taken: &[usize],
+        timeout: Duration,
+    ) -> bool {
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                taken.contains(&i).then(|| {
+                    ScriptCall::new(&RAISE_FENCE)
+                        .key(&k.lock)
+                        .key(&k.fence)
+                        .arg(token)
+                        .arg(fencing_token)
+                })
+            })
+            .collect();
+        let doing = Doing::lock("ordering the fencing token of", name);
+        let replies = fan_out(
+            &self.instances,
+            keys,
+            &calls,
+            Instant::now() + timeout,
+            doing,
+        );
+        let raised = replies
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
+            .count();
+        raised >= self.quorum
+    }
+
+    /// Releases the lock held with `token` on every instance. Returns how many instances
+    /// released it, how many said it was not (or no longer) ours, and the first error; an
+    /// instance whose answer was lost gets a clean-up from its client's renewal thread.
+    pub(crate) fn release_round(
+        &self,
+        name: &Arc<str>,
+        keys: &[LockKeys],
+        token: &str,
+        lease: Duration,
+        doing: Doing<'_>,
+    ) -> (usize, usize, Option<Error>) {
+        let protocol = mutex::protocol();
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| Some(protocol.release(k, token)))
+            .collect();
+        let deadline = Instant::now() + self.response_timeout();
+        let replies = fan_out(&self.instances, keys, &calls, deadline, doing);
+        let (mut released, mut not_ours, mut error) = (0, 0, None);
+        for ((reply, instance), k) in replies.into_iter().zip(&self.instances).zip(keys) {
+            match reply {
+                Some(Ok(redis::Value::Int(1))) => released += 1,
+                Some(Ok(_)) => not_ours += 1,
+                Some(Err(e)) => {
+                    if e.outcome_unknown() {
+                        let lock_key: Arc<str> = Arc::from(k.lock.as_str());
+                        instance.ctx.clean_up_later(
+                            &lock_key,
+                            name,
+                            protocol.release(k, token),
+                            Instant::now() + lease + self.response_timeout(),
+                        );
+                    }
+                    error.get_or_insert(e);
+                }
+                None => {}
+            }
+        }
+        (released, not_ours, error)
+    }
+
+    /// The longest response timeout of the instances.
+    pub(crate) fn response_timeout(&self) -> Duration {
+        self.instances
+            .iter()
+            .map(|i| i.ctx.config.response_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    /// The remaining lease of a hold on the instances that still hold `token`, as a majority
+    /// sees it (the majority-th longest), or `None` when fewer than a majority hold it.
+    pub(crate) fn check_round(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        token: &str,
+    ) -> Result<Option<Duration>> {
+        let doing = Doing::lock("verifying", name);
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| Some(ScriptCall::new(&CHECK).key(&k.lock).arg(token)))
+            .collect();
+        let replies = self.timed_fan_out(keys, &calls, doing);
+        self.majority_ms(replies, doing)
+    }
+
+    /// Adds to (`add`) or replaces (`set`) the lease on every instance that holds `token`;
+    /// returns the new remaining lease as a majority sees it, or `None` when fewer than a
+    /// majority hold it.
+    pub(crate) fn change_lease_round(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        token: &str,
+        by: Duration,
+        how: &'static str,
+    ) -> Result<Option<Duration>> {
+        let doing = Doing::lock("extending the lease of", name);
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| {
+                Some(
+                    ScriptCall::new(&CHANGE_LEASE)
+                        .key(&k.lock)
+                        .arg(token)
+                        .arg(millis(by))
+                        .arg(how),
+                )
+            })
+            .collect();
+        let replies = self.timed_fan_out(keys, &calls, doing);
+        self.majority_ms(replies, doing)
+    }
+
+    /// Whether a majority of the instances hold the lock, whoever holds it.
+    pub(crate) fn locked_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
+        let doing = Doing::lock("checking", name);
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| Some(ScriptCall::new(&REMAINING).key(&k.lock)))
+            .collect();
+        let replies = self.timed_fan_out(keys, &calls, doing);
+        Ok(self.majority_ms(replies, doing)?.is_some())
+    }
+
+    /// Deletes the lock on every instance, whoever holds it. Returns whether any instance
+    /// had it.
+    pub(crate) fn force_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
+        let doing = Doing::lock("force-unlocking", name);
+        let protocol = mutex::protocol();
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| Some(protocol.force_release(k)))
+            .collect();
+        let replies = self.timed_fan_out(keys, &calls, doing);
+        let mut any = false;
+        let mut failed = Vec::new();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::Int(n)) => any |= n > 0,
+                Ok(other) => failed.push(unexpected(doing, &other)),
+                Err(e) => failed.push(e),
+            }
+        }
+        if failed.len() > self.instances.len() - self.quorum {
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                &failed[0],
+            ));
+        }
+        Ok(any)
+    }
+
+    fn timed_fan_out(
+        &self,
+        keys: &[LockKeys],
+        calls: &[Option<ScriptCall>],
+        doing: Doing<'_>,
+    ) -> Vec<Option<Result<redis::Value>>> {
+        let deadline = Instant::now() + self.response_timeout();
+        fan_out(&self.instances, keys, calls, deadline, doing)
+    }
+
+    /// From replies in milliseconds (negative: not held): the majority-th longest, `None`
+    /// when fewer than a majority are non-negative; an error when too few answered to tell.
+    fn majority_ms(
+        &self,
+        replies: Vec<Option<Result<redis::Value>>>,
+        doing: Doing<'_>,
+    ) -> Result<Option<Duration>> {
+        let mut held: Vec<u64> = Vec::new();
+        let mut failed = Vec::new();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::Int(ms)) => {
+                    if let Ok(ms) = u64::try_from(ms) {
+                        held.push(ms);
+                    }
+                }
+                Ok(other) => failed.push(unexpected(doing, &other)),
+                Err(e) => failed.push(e),
+            }
+        }
+        if held.len() >= self.quorum {
+            held.sort_unstable_by(|a, b| b.cmp(a));
+            return Ok(Some(Duration::from_millis(held[self.quorum - 1])));
+        }
+        if !failed.is_empty() && held.len() + failed.len() >= self.quorum {
+            // The instances that did not answer could make a majority: no telling.
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                &failed[0],
+            ));
+        }
+        Ok(None)
+    }
+}

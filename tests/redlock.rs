@@ -1,0 +1,351 @@
+//! Redlock over 3 and 5 independent `redis-server`s that the tests start, kill, restart and
+//! pause: quorum, rollback, renewal while instances restart, ordered fencing tokens across
+//! instances, waiting, and bad input. Cases follow the peers' suites (node-redlock, redsync)
+//! and redis.io's analysis.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redmutex::{Client, ErrorKind, Redlock};
+use support::{eventually, within, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap()
+}
+
+fn redlock(servers: &[RedisServer]) -> Redlock {
+    Redlock::new(servers.iter().map(client)).unwrap()
+}
+
+fn get(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+fn set(server: &RedisServer, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut server.conn())
+        .unwrap();
+}
+
+#[test]
+fn a_lock_is_taken_on_every_instance_and_released_on_every_instance() {
+    let s = servers(3);
+    let redlock = redlock(&s);
+    assert_eq!((redlock.instances(), redlock.quorum()), (3, 2));
+    let m = redlock.mutex("orders:42");
+    let g = m.lock().unwrap();
+    let token: Vec<Option<String>> = s.iter().map(|s| get(s, "redmutex:{orders:42}")).collect();
+    assert!(
+        token.iter().all(|t| t.is_some() && *t == token[0]),
+        "{token:?}"
+    );
+    assert!(m.is_locked().unwrap());
+    assert!(g.verify().unwrap() > Duration::ZERO);
+    // Re-entry on the same thread.
+    let inner = m.lock().unwrap();
+    assert_eq!(m.hold_count(), 2);
+    drop(inner);
+    assert!(m.is_held_by_current_thread());
+    g.unlock().unwrap();
+    assert!(s.iter().all(|s| get(s, "redmutex:{orders:42}").is_none()));
+    assert!(!m.is_locked().unwrap());
+    assert_eq!(m.hold_count(), 0);
+}
+
+#[test]
+fn a_minority_held_by_someone_else_does_not_stop_the_lock_and_is_left_alone() {
+    let s = servers(3);
+    set(&s[0], "redmutex:{m}", "foreign");
+    let redlock = redlock(&s);
+    let g = redlock
+        .mutex("m")
+        .try_lock()
+        .unwrap()
+        .expect("a majority was free");
+    assert_eq!(get(&s[0], "redmutex:{m}").as_deref(), Some("foreign"));
+    g.unlock().unwrap();
+    assert_eq!(get(&s[0], "redmutex:{m}").as_deref(), Some("foreign"));
+    assert!(get(&s[1], "redmutex:{m}").is_none());
+}
+
+#[test]
+fn a_majority_held_by_someone_else_fails_the_attempt_and_rolls_back() {
+    let s = servers(5);
+    for server in &s[..3] {
+        set(server, "redmutex:{m}", "foreign");
+    }
+    let redlock = redlock(&s);
+    assert_eq!(redlock.quorum(), 3);
+    assert!(redlock.mutex("m").try_lock().unwrap().is_none());
+    // What the attempt took on the two free instances was given back.
+    assert!(get(&s[3], "redmutex:{m}").is_none());
+    assert!(get(&s[4], "redmutex:{m}").is_none());
+    assert!(s[..3]
+        .iter()
+        .all(|s| get(s, "redmutex:{m}").as_deref() == Some("foreign")));
+    // A waiter with a deadline gives up in time.
+    let started = Instant::now();
+    let got = redlock
+        .mutex("m")
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap();
+    assert!(got.is_none());
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn one_instance_down_is_tolerated_and_two_of_three_are_a_clear_error_in_time() {
+    let mut s = servers(3);
+    let redlock = redlock(&s);
+    let m = redlock.mutex("down");
+    drop(m.lock().unwrap()); // connections are warm
+    s[0].kill();
+    let g = m.lock().unwrap();
+    g.unlock().unwrap();
+    s[1].kill();
+    let started = Instant::now();
+    let m2 = m.clone();
+    let err = within(LIMIT, move || {
+        m2.try_lock_for(Duration::from_secs(1)).map(drop)
+    })
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(err.to_string().contains("1 of 3"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // lock() without a deadline fails too, instead of hanging.
+    let m3 = m.clone();
+    let err = within(LIMIT, move || m3.lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+}
+
+#[test]
+fn a_paused_instance_does_not_count_and_its_late_grant_is_cleaned_up() {
+    let s = servers(3);
+    let redlock = redlock(&s)
+        .instance_timeout(Duration::from_millis(50))
+        .unwrap();
+    let m = redlock.mutex("paused");
+    drop(m.lock().unwrap()); // connections are warm
+    s[2].pause();
+    let started = Instant::now();
+    let g = m.lock().unwrap();
+    // Well within the lease: the paused instance cost its timeout, not more.
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(!g.is_lost());
+    let unlocked = g.unlock();
+    s[2].resume();
+    // The two live instances released it; the paused one ran our acquire late, and its copy
+    // is removed by the clean-up (or expires with the lease).
+    assert!(unlocked.is_ok(), "{unlocked:?}");
+    assert!(eventually(LIMIT, || get(&s[2], "redmutex:{paused}").is_none()));
+    assert!(get(&s[0], "redmutex:{paused}").is_none());
+}
+
+#[test]
+fn a_holder_keeps_its_lock_while_one_instance_restarts_and_is_told_when_the_majority_goes() {
+    let mut s = servers(3);
+    let redlock = redlock(&s);
+    let g = redlock.mutex("kept").lock().unwrap();
+    let watch = g.lease_watch();
+    s[0].restart(); // without data
+                    // Past the 2 s lease: renewal on the two others keeps it.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!g.is_lost(), "lost with a majority still holding it");
+    assert!(g.verify().is_ok());
+    s[1].restart();
+    assert!(
+        watch.wait_timeout(LIMIT),
+        "the loss of the majority was never told"
+    );
+    assert!(g.is_lost());
+    let err = g.unlock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+}
+
+#[test]
+fn fencing_tokens_are_ordered_across_instances_whose_counters_differ() {
+    let mut s = servers(3);
+    // Instance 0's counter is far ahead of the others.
+    let ahead: u64 = 9_000_000_000_000_000;
+    set(&s[0], "redmutex:{fenced}:fence", &ahead.to_string());
+    let _: () = redis::cmd("PERSIST")
+        .arg("redmutex:{fenced}:fence")
+        .query(&mut s[0].conn())
+        .unwrap();
+    let first = {
+        let redlock = redlock(&s);
+        let m = redlock.mutex("fenced");
+        drop(m.lock().unwrap()); // warm
+        s[2].kill();
+        let g = m.lock().unwrap(); // on instances 0 and 1
+        let token = g.fencing_token();
+        g.unlock().unwrap();
+        token
+    };
+    assert!(first > ahead, "{first}");
+    // Another process's Redlock, on instances 1 and 2 only: instance 1's counter was raised.
+    s[2].restart();
+    s[0].kill();
+    let other = redlock(&s);
+    let g = other.mutex("fenced").lock().unwrap();
+    assert!(
+        g.fencing_token() > first,
+        "{} after {first}",
+        g.fencing_token()
+    );
+}
+
+#[test]
+fn threads_of_two_redlocks_exclude_each_other_and_get_increasing_tokens() {
+    let s = servers(3);
+    let counter = RedisServer::start();
+    let a = redlock(&s);
+    let b = redlock(&s);
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(Barrier::new(4));
+    let tokens = Arc::new(shared::Tokens::default());
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let redlock = if t % 2 == 0 { a.clone() } else { b.clone() };
+            let (overlaps, inside, barrier, tokens) = (
+                Arc::clone(&overlaps),
+                Arc::clone(&inside),
+                Arc::clone(&barrier),
+                Arc::clone(&tokens),
+            );
+            let url = counter.url();
+            std::thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                barrier.wait();
+                for _ in 0..15 {
+                    let g = redlock.mutex("shared").lock().unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokens.push(g.fencing_token());
+                    let _: i64 = redis::cmd("INCR").arg("count").query(&mut conn).unwrap();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    let count: i64 = redis::cmd("GET")
+        .arg("count")
+        .query(&mut counter.conn())
+        .unwrap();
+    assert_eq!(count, 60);
+    // Tokens in the order the holds happened strictly increase.
+    let tokens = tokens.take();
+    assert_eq!(tokens.len(), 60);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+#[test]
+fn a_waiter_is_woken_by_a_release_on_any_instance() {
+    let s = servers(3);
+    let redlock = redlock(&s);
+    let clients: Vec<Client> = s.iter().map(client).collect();
+    let waiting = Redlock::new(clients.clone()).unwrap();
+    let g = redlock.mutex("woken").lock().unwrap();
+    let t = std::thread::spawn(move || {
+        let started = Instant::now();
+        let got = waiting
+            .mutex("woken")
+            .try_lock_for(LIMIT)
+            .unwrap()
+            .is_some();
+        (got, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    g.unlock().unwrap();
+    let (got, _) = within(LIMIT, move || t.join().unwrap());
+    assert!(got);
+    let heard: u64 = clients.iter().map(|c| c.stats().notifications).sum();
+    assert!(heard >= 1, "no release was heard");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let none: [Client; 0] = [];
+    let err = Redlock::new(none).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let s = servers(4);
+    // An even number is allowed: 3 of 4.
+    let even = redlock(&s);
+    assert_eq!(even.quorum(), 3);
+    drop(even.mutex("even").lock().unwrap());
+    // The same server twice.
+    let err = Redlock::new([client(&s[0]), client(&s[0]), client(&s[1])]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    // A per-instance timeout not below the lease.
+    let err = redlock(&s[..3])
+        .instance_timeout(Duration::from_secs(2))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let err = redlock(&s[..3])
+        .instance_timeout(Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    // A fixed lease not above it.
+    let r = redlock(&s[..3])
+        .instance_timeout(Duration::from_millis(100))
+        .unwrap();
+    let err = r
+        .mutex("short")
+        .with_lease(Duration::from_millis(50))
+        .try_lock()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    // An empty name.
+    let err = r.mutex("").try_lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+mod shared {
+    //! A list of tokens shared by threads.
+
+    #[derive(Default)]
+    pub struct Tokens(std::sync::Mutex<Vec<u64>>);
+
+    impl Tokens {
+        pub fn push(&self, token: u64) {
+            self.0.lock().unwrap().push(token);
+        }
+
+        pub fn take(&self) -> Vec<u64> {
+            std::mem::take(&mut *self.0.lock().unwrap())
+        }
+    }
+}
