@@ -84,3 +84,10 @@ fn mutex_keeps_its_guarantees_under_faults_on_sentinel() {
 fn mutex_keeps_its_guarantees_under_faults_on_a_cluster() {
     run(false, harness::Topology::Cluster);
 }
+
+/// Three independent instances; the lost master is one instance restarted empty after one
+/// lease (the delayed-restart rule).
+#[test]
+fn redlock_keeps_its_guarantees_under_faults() {
+    run(false, harness::Topology::Redlock);
+}

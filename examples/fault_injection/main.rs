@@ -88,6 +88,7 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
                     "standalone" => harness::Topology::Standalone,
                     "sentinel" => harness::Topology::Sentinel,
                     "cluster" => harness::Topology::Cluster,
+                    "redlock" => harness::Topology::Redlock,
                     other => return Err(format!("unknown deployment {other}").into()),
                 }
             }

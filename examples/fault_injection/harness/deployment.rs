@@ -1,7 +1,8 @@
 //! The lock's deployment: one standalone server, a Sentinel deployment (a master, two
-//! replicas, three sentinels) or a Cluster (three masters with a replica each), with what the
-//! driver needs of it: the URL the workers open, the master that serves the lock now, and the
-//! fault that takes that master away (a restart without data, or a failover).
+//! replicas, three sentinels), a Cluster (three masters with a replica each) or the three
+//! independent servers of a Redlock, with what the driver needs of it: the URLs the workers
+//! open, the server that serves the lock now, and the fault that takes it away (a restart
+//! without data, or a failover).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ pub enum Topology {
     Standalone,
     Sentinel,
     Cluster,
+    /// Three independent servers under a `Redlock`.
+    Redlock,
 }
 
 impl Topology {
@@ -24,6 +27,7 @@ impl Topology {
             Topology::Standalone => "standalone",
             Topology::Sentinel => "sentinel",
             Topology::Cluster => "cluster",
+            Topology::Redlock => "redlock",
         }
     }
 }
@@ -49,6 +53,13 @@ impl LockDeployment {
             Topology::Standalone => LockDeployment {
                 topology,
                 nodes: vec![data("lock", &[])?],
+                sentinels: Vec::new(),
+            },
+            Topology::Redlock => LockDeployment {
+                topology,
+                nodes: (0..3)
+                    .map(|i| data(&format!("instance{i}"), &[]))
+                    .collect::<AnyResult<Vec<_>>>()?,
                 sentinels: Vec::new(),
             },
             Topology::Sentinel => {
@@ -115,7 +126,7 @@ impl LockDeployment {
         Ok(deployment)
     }
 
-    /// The URL the workers open.
+    /// The URL the workers open (for a Redlock, one per instance, separated by commas).
     pub fn url(&self) -> String {
         let hosts = |list: &[RedisProcess]| {
             list.iter()
@@ -125,6 +136,12 @@ impl LockDeployment {
         };
         match self.topology {
             Topology::Standalone => self.nodes[0].url(),
+            Topology::Redlock => self
+                .nodes
+                .iter()
+                .map(RedisProcess::url)
+                .collect::<Vec<_>>()
+                .join(","),
             Topology::Sentinel => {
                 format!("redis+sentinel://{}/{MASTER_NAME}", hosts(&self.sentinels))
             }
@@ -136,7 +153,7 @@ impl LockDeployment {
     /// that a promoted replica always has every lock and fencing counter.
     pub fn replica_acks(&self) -> u32 {
         match self.topology {
-            Topology::Standalone => 0,
+            Topology::Standalone | Topology::Redlock => 0,
             Topology::Sentinel => 2,
             Topology::Cluster => 1,
         }
@@ -152,12 +169,22 @@ impl LockDeployment {
     }
 
     /// Takes the lock's master away: a standalone server is killed and started again empty;
-    /// under Sentinel or in a Cluster its replica is promoted. Returns what it did.
-    pub fn lose_master(&mut self) -> AnyResult<String> {
+    /// under Sentinel or in a Cluster its replica is promoted; one Redlock instance is killed
+    /// and started again empty after one `lease` (the delayed-restart rule). Returns what it
+    /// did.
+    pub fn lose_master(&mut self, lease: Duration) -> AnyResult<String> {
         match self.topology {
             Topology::Standalone => {
                 self.nodes[0].restart()?;
                 Ok("lock server restarted empty".to_owned())
+            }
+            Topology::Redlock => {
+                let node = &mut self.nodes[fastrand::usize(..3)];
+                node.restart_after(lease)?;
+                Ok(format!(
+                    "instance on port {} restarted empty after one lease",
+                    node.port()
+                ))
             }
             Topology::Sentinel | Topology::Cluster => {
                 let from = self.master_port()?;
@@ -218,6 +245,8 @@ impl LockDeployment {
     fn master_port(&self) -> AnyResult<u16> {
         match self.topology {
             Topology::Standalone => Ok(self.nodes[0].port()),
+            // One of the instances, at random.
+            Topology::Redlock => Ok(self.nodes[fastrand::usize(..self.nodes.len())].port()),
             Topology::Sentinel => {
                 let mut conn = self.sentinels[0].connection(Duration::from_secs(5))?;
                 let (_, port): (String, u16) = redis::cmd("SENTINEL")
@@ -293,7 +322,7 @@ impl LockDeployment {
                 || field(n, &["INFO", "replication"], "master_link_status").as_deref() == Some("up")
         });
         let settled = match self.topology {
-            Topology::Standalone => true,
+            Topology::Standalone | Topology::Redlock => true,
             Topology::Cluster => self
                 .nodes
                 .iter()

@@ -143,6 +143,7 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
             index: 0,
             lock_url: lock_redis.url(),
             replica_acks: lock_redis.replica_acks(),
+            redlock: config.topology == super::Topology::Redlock,
             resource_url: resource_redis.url(),
             run,
             threads: config.threads,
@@ -158,7 +159,11 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
         "{} processes x {} threads on one {} with a {:?} lease, on {}",
         config.processes,
         config.threads,
-        if config.fair { "FairMutex" } else { "Mutex" },
+        match (config.topology, config.fair) {
+            (super::Topology::Redlock, _) => "Redlock",
+            (_, true) => "FairMutex",
+            (_, false) => "Mutex",
+        },
         config.lease,
         config.topology.name()
     ));
@@ -238,7 +243,7 @@ fn inject(
             signal(pid, libc::SIGCONT)?;
             detail
         }
-        Fault::LoseMaster => lock_redis.lose_master()?,
+        Fault::LoseMaster => lock_redis.lose_master(config.lease)?,
         Fault::KillConnections => {
             let mut conn = lock_redis.master()?.connection(Duration::from_secs(10))?;
             let normal: i64 = redis::cmd("CLIENT")

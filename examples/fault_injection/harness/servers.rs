@@ -133,7 +133,13 @@ impl RedisProcess {
 
     /// Kills the server (SIGKILL) and starts it again on the same port, empty.
     pub fn restart(&mut self) -> AnyResult<()> {
+        self.restart_after(Duration::ZERO)
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port, empty, `delay` later.
+    pub fn restart_after(&mut self, delay: Duration) -> AnyResult<()> {
         self.kill();
+        std::thread::sleep(delay);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             match self.spawn() {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redmutex::{Client, MutexGuard};
+use redmutex::{Client, MutexGuard, Redlock, RedlockGuard};
 
 use super::resource::{Resource, ResourceKeys};
 use super::AnyResult;
@@ -23,6 +23,7 @@ const THREADS: &str = "REDMUTEX_FAULTS_THREADS";
 const FAIR: &str = "REDMUTEX_FAULTS_FAIR";
 const LEASE_MS: &str = "REDMUTEX_FAULTS_LEASE_MS";
 const REPLICA_ACKS: &str = "REDMUTEX_FAULTS_REPLICA_ACKS";
+const REDLOCK: &str = "REDMUTEX_FAULTS_REDLOCK";
 
 /// The name of the one lock every worker takes.
 pub const LOCK_NAME: &str = "fenced-resource";
@@ -40,6 +41,8 @@ pub struct WorkerSpec {
     pub lease: Duration,
     /// Replicas that must acknowledge each acquire (0: none).
     pub replica_acks: u32,
+    /// A `Redlock` over the instances whose URLs `lock_url` lists, separated by commas.
+    pub redlock: bool,
 }
 
 impl WorkerSpec {
@@ -52,7 +55,8 @@ impl WorkerSpec {
             .env(THREADS, self.threads.to_string())
             .env(FAIR, if self.fair { "1" } else { "0" })
             .env(LEASE_MS, self.lease.as_millis().to_string())
-            .env(REPLICA_ACKS, self.replica_acks.to_string());
+            .env(REPLICA_ACKS, self.replica_acks.to_string())
+            .env(REDLOCK, if self.redlock { "1" } else { "0" });
     }
 
     fn from_env() -> AnyResult<Option<WorkerSpec>> {
@@ -69,6 +73,7 @@ impl WorkerSpec {
             fair: var(FAIR)? == "1",
             lease: Duration::from_millis(var(LEASE_MS)?.parse()?),
             replica_acks: var(REPLICA_ACKS)?.parse()?,
+            redlock: var(REDLOCK)? == "1",
         }))
     }
 }
@@ -85,13 +90,44 @@ pub fn run_if_worker() -> AnyResult<bool> {
 enum Lock {
     Plain(redmutex::Mutex),
     Fair(redmutex::FairMutex),
+    Redlock(redmutex::RedlockMutex),
+}
+
+/// A held lock of any kind.
+enum Guard {
+    Mutex(MutexGuard),
+    Redlock(RedlockGuard),
 }
 
 impl Lock {
-    fn try_lock_for(&self, timeout: Duration) -> redmutex::Result<Option<MutexGuard>> {
+    fn try_lock_for(&self, timeout: Duration) -> redmutex::Result<Option<Guard>> {
+        Ok(match self {
+            Lock::Plain(m) => m.try_lock_for(timeout)?.map(Guard::Mutex),
+            Lock::Fair(m) => m.try_lock_for(timeout)?.map(Guard::Mutex),
+            Lock::Redlock(m) => m.try_lock_for(timeout)?.map(Guard::Redlock),
+        })
+    }
+}
+
+impl Guard {
+    fn fencing_token(&self) -> u64 {
         match self {
-            Lock::Plain(m) => m.try_lock_for(timeout),
-            Lock::Fair(m) => m.try_lock_for(timeout),
+            Guard::Mutex(g) => g.fencing_token(),
+            Guard::Redlock(g) => g.fencing_token(),
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        match self {
+            Guard::Mutex(g) => g.is_lost(),
+            Guard::Redlock(g) => g.is_lost(),
+        }
+    }
+
+    fn unlock(self) -> redmutex::Result<()> {
+        match self {
+            Guard::Mutex(g) => g.unlock(),
+            Guard::Redlock(g) => g.unlock(),
         }
     }
 }
@@ -114,15 +150,26 @@ fn run(spec: WorkerSpec) -> AnyResult<()> {
     if spec.replica_acks > 0 {
         builder = builder.replica_acks(spec.replica_acks, spec.lease / 4);
     }
-    let client = builder.open(spec.lock_url.as_str())?;
+    let (clients, redlock) = if spec.redlock {
+        let clients = spec
+            .lock_url
+            .split(',')
+            .map(|url| builder.clone().open(url))
+            .collect::<redmutex::Result<Vec<_>>>()?;
+        let redlock = Redlock::new(clients.clone())?;
+        (clients, Some(redlock))
+    } else {
+        (vec![builder.open(spec.lock_url.as_str())?], None)
+    };
+    let client = &clients[0];
     let keys = ResourceKeys::new(&spec.run);
     let threads: Vec<_> = (0..spec.threads)
         .map(|t| {
             let worker = format!("{}.{t}", spec.index);
-            let lock = if spec.fair {
-                Lock::Fair(client.fair_mutex(LOCK_NAME))
-            } else {
-                Lock::Plain(client.mutex(LOCK_NAME))
+            let lock = match &redlock {
+                Some(redlock) => Lock::Redlock(redlock.mutex(LOCK_NAME)),
+                None if spec.fair => Lock::Fair(client.fair_mutex(LOCK_NAME)),
+                None => Lock::Plain(client.mutex(LOCK_NAME)),
             };
             let resource = Resource::connect(&spec.resource_url, keys.clone());
             let stop = Arc::clone(&stop);
@@ -141,7 +188,10 @@ fn run(spec: WorkerSpec) -> AnyResult<()> {
             Err(_) => failures.push("a worker thread panicked".to_owned()),
         }
     }
-    client.shutdown();
+    drop(redlock);
+    for client in clients {
+        client.shutdown();
+    }
     if failures.is_empty() {
         Ok(())
     } else {
@@ -176,7 +226,7 @@ fn work(
 }
 
 /// One hold: begin, up to three fenced writes with a little work before each, end, unlock.
-fn hold(worker: &str, careful: bool, guard: MutexGuard, resource: &mut Resource) -> AnyResult<()> {
+fn hold(worker: &str, careful: bool, guard: Guard, resource: &mut Resource) -> AnyResult<()> {
     let token = guard.fencing_token();
     resource.begin(token, worker)?;
     let mut lost = false;

@@ -110,9 +110,19 @@ impl Inner {
                 })
                 .max()
                 .unwrap_or(0);
-            if self.raise_fences(name, keys, token, fencing_token, &taken, timeout)
-                && Instant::now() < valid_until
-            {
+            // Instances whose counter is below the token are raised to it; when a majority
+            // is there already (counters in step, as when every instance granted the last
+            // acquisitions), no raise is needed.
+            let behind: Vec<usize> = taken
+                .iter()
+                .copied()
+                .filter(|&i| matches!(took[i], Took::Yes(f) if f < fencing_token))
+                .collect();
+            let at_token = taken.len() - behind.len();
+            let raised = at_token >= self.quorum
+                || at_token + self.raise_fences(name, keys, token, fencing_token, &behind, timeout)
+                    >= self.quorum;
+            if raised && Instant::now() < valid_until {
                 return Ok(Round::Acquired {
                     fencing_token,
                     valid_until,
@@ -148,22 +158,22 @@ impl Inner {
         Ok(Round::Held(wait))
     }
 
-    /// Raises the fencing counters on the instances in `taken` to `fencing_token`, while the
-    /// lock is held there. Returns whether a majority did it in time.
+    /// Raises the fencing counters on the instances in `behind` to `fencing_token`, while the
+    /// lock is held there. Returns how many did it in time.
     fn raise_fences(
         &self,
         name: &str,
         keys: &[LockKeys],
         token: &str,
         fencing_token: u64,
-        taken: &[usize],
+        behind: &[usize],
         timeout: Duration,
-    ) -> bool {
+    ) -> usize {
         let calls: Vec<Option<ScriptCall>> = keys
             .iter()
             .enumerate()
             .map(|(i, k)| {
-                taken.contains(&i).then(|| {
+                behind.contains(&i).then(|| {
                     ScriptCall::new(&RAISE_FENCE)
                         .key(&k.lock)
                         .key(&k.fence)
@@ -180,11 +190,10 @@ impl Inner {
             Instant::now() + timeout,
             doing,
         );
-        let raised = replies
+        replies
             .iter()
             .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
-            .count();
-        raised >= self.quorum
+            .count()
     }
 
     /// Releases the lock held with `token` on every instance. Returns how many instances
