@@ -349,3 +349,30 @@ mod shared {
         }
     }
 }
+
+#[test]
+fn a_panic_while_holding_releases_the_lock_and_leaves_a_poison_record() {
+    let s = servers(3);
+    let redlock = redlock(&s);
+    let r = redlock.clone();
+    let panicked = std::thread::spawn(move || {
+        let _g = r.mutex("poisoned").lock().unwrap();
+        panic!("holder dies mid-way");
+    })
+    .join();
+    assert!(panicked.is_err());
+    // Released at once (not after the lease), and the record is on the instances.
+    let g = redlock
+        .mutex("poisoned")
+        .try_lock()
+        .unwrap()
+        .expect("released by the panicking holder");
+    let poison = g.poison().unwrap().expect("a poison record");
+    assert!(!poison.to_string().is_empty());
+    assert!(s
+        .iter()
+        .all(|s| get(s, "redmutex:{poisoned}:poison").is_some()));
+    assert!(g.clear_poison().unwrap());
+    assert!(g.poison().unwrap().is_none());
+    assert!(!g.clear_poison().unwrap());
+}

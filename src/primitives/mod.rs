@@ -70,7 +70,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 13);
+        assert_eq!(loaded, 14);
         drop(server);
     }
 }

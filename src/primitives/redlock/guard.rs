@@ -11,7 +11,7 @@ use super::Inner;
 use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::{LeaseState, LeaseWatch, LostReason};
+use crate::lease::{LeaseState, LeaseWatch, LostReason, PoisonInfo};
 
 /// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
 pub(crate) struct RedlockHold {
@@ -274,6 +274,33 @@ impl RedlockGuard {
         }
     }
 
+    /// The record a holder left when its thread panicked while holding this lock (as with
+    /// [`MutexGuard::poison`](crate::MutexGuard::poison)), from the first instance that has
+    /// one.
+    ///
+    /// # Errors
+    ///
+    /// A connection or timeout error when too few instances answered to tell.
+    pub fn poison(&self) -> Result<Option<PoisonInfo>> {
+        self.hold
+            .inner
+            .poison_round(&self.hold.name, &self.hold.keys)
+    }
+
+    /// Removes the poison record on every instance. Returns whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease is known to be lost; the error of an instance
+    /// that did not answer (its record stays).
+    pub fn clear_poison(&self) -> Result<bool> {
+        let h = &self.hold;
+        if let Some(reason) = h.state.lost_reason() {
+            return Err(h.lost(reason));
+        }
+        h.inner.clear_poison_round(&h.name, &h.keys)
+    }
+
     /// How many guards of this lock the current thread holds (this one included).
     pub fn hold_count(&self) -> usize {
         hold_count(self.hold.inner.id, &self.hold.name)
@@ -288,6 +315,10 @@ impl RedlockGuard {
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
         if leave(&self.hold) {
+            if std::thread::panicking() && !self.hold.is_released() {
+                let h = &self.hold;
+                h.inner.mark_poisoned_round(&h.name, &h.keys, &h.token);
+            }
             if let Err(e) = self.hold.release() {
                 log::warn!(
                     "redmutex: releasing Redlock {:?} failed: {e}",

@@ -72,7 +72,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 ///   ([`instance_timeout`](Redlock::instance_timeout)).
 /// - A lease counts from the start of the acquire, minus the time the acquire took and a
 ///   drift allowance of 1% of the lease plus 2 ms.
-/// - Poisoning is not recorded.
+/// - A poison record (a thread panicked while holding) is written to every instance that
+///   holds the lock, and read from the first instance that has one.
 ///
 /// # Examples
 ///

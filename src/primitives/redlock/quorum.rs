@@ -12,13 +12,17 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{CHANGE_LEASE, CHECK};
-use crate::lease::AcquireCall;
+use crate::lease::scripts::{CHANGE_LEASE, CHECK, MARK_POISONED};
+use crate::lease::{AcquireCall, PoisonInfo};
 use crate::primitives::mutex;
 
 /// Raises a lock's fencing counter to a Redlock's token: see `raise_fence.lua`.
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
+
+/// Reads or clears a lock's poison record: see `poison_record.lua`.
+static POISON_RECORD: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("poison_record.lua")));
 
 /// The remaining lease of a lock, whoever holds it: see `remaining.lua`.
 static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("remaining.lua")));
@@ -29,6 +33,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
     vec![
         ("redlock/raise_fence", &*RAISE_FENCE),
         ("redlock/remaining", &*REMAINING),
+        ("redlock/poison_record", &*POISON_RECORD),
     ]
 }
 
@@ -331,6 +336,100 @@ impl Inner {
             ));
         }
         Ok(any)
+    }
+
+    /// Leaves a poison record on every instance that still holds `token` (a thread panicked
+    /// while holding it). Best effort: failures are logged.
+    pub(crate) fn mark_poisoned_round(&self, name: &str, keys: &[LockKeys], token: &str) {
+        let doing = Doing::lock("recording a panic on", name);
+        let record = PoisonInfo::here(token).encode();
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| {
+                Some(
+                    ScriptCall::new(&MARK_POISONED)
+                        .key(&k.lock)
+                        .key(&k.poison)
+                        .arg(token)
+                        .arg(&record),
+                )
+            })
+            .collect();
+        let replies = self.timed_fan_out(keys, &calls, doing);
+        let marked = replies
+            .iter()
+            .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
+            .count();
+        log::warn!(
+            "redmutex: a thread panicked while holding Redlock {name:?}; it is released and \
+             marked poisoned on {marked} of {} instances",
+            self.instances.len()
+        );
+    }
+
+    /// The poison record of the lock, from the first instance that has one.
+    pub(crate) fn poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<Option<PoisonInfo>> {
+        let doing = Doing::lock("reading the poison record of", name);
+        let replies = self.poison_record(keys, "get", doing);
+        let mut failed = Vec::new();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::Nil) => {}
+                Ok(value) => match redis::from_redis_value::<String>(value) {
+                    Ok(record) => return Ok(Some(PoisonInfo::decode(&record))),
+                    Err(e) => failed.push(Error::new(crate::ErrorKind::Server, e.to_string())),
+                },
+                Err(e) => failed.push(e),
+            }
+        }
+        if failed.len() > self.instances.len() - self.quorum {
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                &failed[0],
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Removes the poison record on every instance; returns whether any had one.
+    pub(crate) fn clear_poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
+        let doing = Doing::lock("clearing the poison record of", name);
+        let replies = self.poison_record(keys, "clear", doing);
+        let mut any = false;
+        let mut failed = Vec::new();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::Int(n)) => any |= n > 0,
+                Ok(other) => failed.push(unexpected(doing, &other)),
+                Err(e) => failed.push(e),
+            }
+        }
+        if let Some(first) = failed.first() {
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                first,
+            ));
+        }
+        Ok(any)
+    }
+
+    fn poison_record(
+        &self,
+        keys: &[LockKeys],
+        how: &str,
+        doing: Doing<'_>,
+    ) -> Vec<Option<Result<redis::Value>>> {
+        let calls: Vec<Option<ScriptCall>> = keys
+            .iter()
+            .map(|k| Some(ScriptCall::new(&POISON_RECORD).key(&k.poison).arg(how)))
+            .collect();
+        self.timed_fan_out(keys, &calls, doing)
     }
 
     fn timed_fan_out(
