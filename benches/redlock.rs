@@ -61,6 +61,48 @@ fn raw_cycle(servers: &[RedisServer]) -> Cycle<'static> {
     })
 }
 
+/// The same two phases with the crate's own acquire and release scripts: what the scripts
+/// cost the instances, apart from what the client adds.
+fn raw_cycle_with_crate_scripts(servers: &[RedisServer]) -> Cycle<'static> {
+    let mut conns: Vec<redis::Connection> = servers.iter().map(RedisServer::conn).collect();
+    let acquire = redis::Script::new(common::ACQUIRE_LUA);
+    let release = redis::Script::new(common::CRATE_RELEASE_LUA);
+    for c in &mut conns {
+        acquire.load(c).expect("SCRIPT LOAD");
+        release.load(c).expect("SCRIPT LOAD");
+    }
+    let (acquire, release) = (acquire.get_hash().to_owned(), release.get_hash().to_owned());
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let take = redis::cmd("EVALSHA")
+            .arg(&acquire)
+            .arg(3)
+            .arg(&["rawc:{l}", "rawc:{l}:fence", "rawc:{l}:waiting"][..])
+            .arg(&token)
+            .arg(30_000)
+            .clone();
+        let n = conns.len();
+        let taken = parallel(&mut conns, &vec![take; n]);
+        assert!(
+            taken.iter().all(
+                |v| matches!(v, redis::Value::Array(a) if a.first() == Some(&redis::Value::Int(1)))
+            ),
+            "{taken:?}"
+        );
+        let give = redis::cmd("EVALSHA")
+            .arg(&release)
+            .arg(2)
+            .arg(&["rawc:{l}", "rawc:{l}:waiting"][..])
+            .arg(&token)
+            .arg("rawc:{l}:ch")
+            .clone();
+        let deleted = parallel(&mut conns, &vec![give; n]);
+        assert!(deleted.iter().all(|v| *v == redis::Value::Int(1)));
+    })
+}
+
 fn redlock_cycle(redlock: &Redlock) -> Cycle<'static> {
     let m = redlock.mutex("bench-lock");
     Box::new(move || {
@@ -105,17 +147,24 @@ fn main() {
             })
             .collect();
         let redlock = Redlock::new(clients.clone()).expect("redlock");
-        let mut variants = [raw_cycle(&servers), redlock_cycle(&redlock)];
-        let (mut raw, mut ours, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut variants = [
+            raw_cycle(&servers),
+            redlock_cycle(&redlock),
+            raw_cycle_with_crate_scripts(&servers),
+        ];
+        let (mut raw, mut ours, mut ratios, mut scripts) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let rates = interleaved_rates(round_time, &mut variants);
             raw.push(rates[0]);
             ours.push(rates[1]);
             ratios.push(rates[1] / rates[0]);
+            scripts.push(rates[2] / rates[0]);
         }
         drop(variants);
         let rtt = ping_us(&servers[0]);
-        let (raw, ours, ratio) = (spread(raw), spread(ours), spread(ratios));
+        let (raw, ours, ratio, scripts) =
+            (spread(raw), spread(ours), spread(ratios), spread(scripts));
         let cycle_us = 1e6 / ours.median;
         println!("Redlock over {n} instances, uncontended, {rounds} rounds of {round_time:?}");
         println!(
@@ -131,12 +180,17 @@ fn main() {
             ratio.median, ratio.min, ratio.max
         );
         println!(
+            "  raw parallel loop with the crate's scripts, ratio to raw {:.3} [{:.3} .. {:.3}]",
+            scripts.median, scripts.min, scripts.max
+        );
+        println!(
             "  one cycle {cycle_us:.1} us = {:.2} PING round trips of {rtt:.1} us (two phases)",
             cycle_us / rtt
         );
         json.spread(&format!("raw_ops_per_sec_{n}"), raw)
             .spread(&format!("redlock_ops_per_sec_{n}"), ours)
             .spread(&format!("ratio_to_raw_{n}"), ratio)
+            .spread(&format!("crate_scripts_ratio_to_raw_{n}"), scripts)
             .num(&format!("ping_rtt_us_{n}"), rtt)
             .num(&format!("cycle_round_trips_{n}"), cycle_us / rtt);
         for c in clients {

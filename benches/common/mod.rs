@@ -16,13 +16,13 @@ return 0
 "#;
 
 // The crate's own acquire and release scripts, read from their files.
-const ACQUIRE_LUA: &str = concat!(
+pub const ACQUIRE_LUA: &str = concat!(
     include_str!("../../src/lease/lua/errors.lua"),
     include_str!("../../src/lease/lua/fence.lua"),
     include_str!("../../src/primitives/mutex/acquire.lua"),
 );
 
-const CRATE_RELEASE_LUA: &str = concat!(
+pub const CRATE_RELEASE_LUA: &str = concat!(
     include_str!("../../src/lease/lua/announce.lua"),
     include_str!("../../src/primitives/mutex/release.lua"),
 );

@@ -27,6 +27,8 @@ fn is_transport_error(err: &redis::RedisError) -> bool {
 struct Idle {
     conn: redis::Connection,
     number: u64,
+    /// The read timeout the connection has now.
+    read_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -63,6 +65,8 @@ pub(crate) struct Checkout {
     conn: Option<redis::Connection>,
     number: u64,
     broken: bool,
+    /// The read timeout the connection has now.
+    read_timeout: Duration,
 }
 
 impl Pool {
@@ -98,6 +102,7 @@ impl Pool {
                         conn: Some(idle.conn),
                         number: idle.number,
                         broken: false,
+                        read_timeout: idle.read_timeout,
                     });
                 }
                 // Made before a connection was seen dropped: most likely dead too.
@@ -142,6 +147,7 @@ impl PoolInner {
                 conn: Some(conn),
                 number: self.made.fetch_add(1, Ordering::Relaxed),
                 broken: false,
+                read_timeout: self.server.response_timeout,
             }),
             Err(err) => {
                 self.release_slot();
@@ -166,13 +172,51 @@ impl Checkout {
         &mut self,
         f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
+        self.run(Some(self.pool.server.response_timeout), f)
+    }
+
+    /// [`call_raw`](Self::call_raw) with a read timeout of its own. The connection keeps it
+    /// (it is set again only when a call wants another), so that calls with the same
+    /// timeout cost no system call.
+    pub(crate) fn call_within<T>(
+        &mut self,
+        read_timeout: Duration,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
+        self.run(Some(read_timeout), f)
+    }
+
+    /// Writes without reading (the read timeout stays as it is), with errors that say what
+    /// was being done and on which server.
+    pub(crate) fn write(
+        &mut self,
+        doing: Doing<'_>,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<()>,
+    ) -> Result<()> {
+        self.run(None, f)
+            .map_err(|e| Error::from_call(&self.pool.server, doing, e))
+    }
+
+    fn run<T>(
+        &mut self,
+        read_timeout: Option<Duration>,
+        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> redis::RedisResult<T> {
         let Some(conn) = self.conn.as_mut() else {
             return Err(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
                 "connection already returned",
             )));
         };
-        let result = f(conn);
+        let result = match read_timeout {
+            Some(wanted) if wanted != self.read_timeout => {
+                conn.set_read_timeout(Some(wanted)).and_then(|()| {
+                    self.read_timeout = wanted;
+                    f(conn)
+                })
+            }
+            _ => f(conn),
+        };
         if let Err(err) = &result {
             if is_transport_error(err) {
                 self.broken = true;
@@ -210,6 +254,7 @@ impl Drop for Checkout {
         self.pool.state.lock().idle.push(Idle {
             conn,
             number: self.number,
+            read_timeout: self.read_timeout,
         });
         self.pool.freed.notify_one();
     }

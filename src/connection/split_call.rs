@@ -2,10 +2,10 @@
 //! several servers before reading any reply costs about one round trip in all, without a
 //! thread per server (Redlock's fan-out).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::connection::{Checkout, Connections, ScriptCall};
-use crate::error::{Doing, Result, Server};
+use crate::error::{Doing, Error, Result, Server};
 
 /// A script call written to its server, whose reply is still to be read.
 pub(crate) struct SentCall<'a> {
@@ -29,7 +29,7 @@ impl Connections {
         let mut pipe = redis::pipe();
         pipe.invoke_script(&call.invocation);
         let packed = pipe.get_packed_pipeline();
-        checkout.call(doing, |c| c.send_packed_command(&packed))?;
+        checkout.write(doing, |c| c.send_packed_command(&packed))?;
         Ok(SentCall {
             checkout,
             server,
@@ -39,23 +39,21 @@ impl Connections {
 }
 
 impl SentCall<'_> {
-    /// Reads the reply, waiting at most until `deadline` (then the connection is thrown away
-    /// and the outcome is unknown). A script the server did not have (`NOSCRIPT`) is loaded
-    /// and run once more, within the response timeout.
-    pub(crate) fn read(mut self, deadline: Instant, doing: Doing<'_>) -> Result<redis::Value> {
-        let wait = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(1));
-        let timeout = self.server.response_timeout;
-        let reply = self.checkout.call(doing, |c| {
-            c.set_read_timeout(Some(wait))?;
-            let reply = c.recv_response();
-            c.set_read_timeout(Some(timeout))?;
-            match reply? {
+    /// Reads the reply, waiting at most `timeout` (then the connection is thrown away and
+    /// the outcome is unknown). A script the server did not have (`NOSCRIPT`) is loaded and
+    /// run once more, within the response timeout.
+    ///
+    /// The connection keeps `timeout` as its read timeout until a call wants another: calls
+    /// with the same timeout cost no system call to set it.
+    pub(crate) fn read(mut self, timeout: Duration, doing: Doing<'_>) -> Result<redis::Value> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let reply = self
+            .checkout
+            .call_within(timeout, |c| match c.recv_response()? {
                 redis::Value::ServerError(e) => Err(redis::RedisError::from(e)),
                 value => Ok(value),
-            }
-        });
+            })
+            .map_err(|e| Error::from_call(&self.server, doing, e));
         match reply {
             Err(e) if e.is_server_code("NOSCRIPT") => {
                 let call = self.call;

@@ -17,7 +17,7 @@ use crate::lease::{LeaseState, LeaseWatch, LostReason, PoisonInfo};
 pub(crate) struct RedlockHold {
     pub(crate) inner: Arc<Inner>,
     pub(crate) name: Arc<str>,
-    pub(crate) keys: Vec<LockKeys>,
+    pub(crate) keys: Arc<Vec<LockKeys>>,
     pub(crate) token: Arc<str>,
     pub(crate) fencing_token: u64,
     pub(crate) lease: Duration,

@@ -2,7 +2,7 @@
 //! reply is read, so that a round over N instances costs about one round trip.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
@@ -22,13 +22,14 @@ impl Instance {
     }
 }
 
-/// Sends `calls[i]` to instance `i` (skipping `None`), then reads every reply, each by
-/// `deadline`. A call that could not be written fails at once; the others still run.
+/// Sends `calls[i]` to instance `i` (skipping `None`), then reads every reply, each within
+/// `timeout` of the start of its reading. A call that could not be written fails at once;
+/// the others still run.
 pub(crate) fn fan_out(
     instances: &[Instance],
     keys: &[LockKeys],
     calls: &[Option<ScriptCall>],
-    deadline: Instant,
+    timeout: Duration,
     doing: Doing<'_>,
 ) -> Vec<Option<Result<redis::Value>>> {
     let sent: Vec<Option<Result<_>>> = instances
@@ -46,7 +47,7 @@ pub(crate) fn fan_out(
         })
         .collect();
     sent.into_iter()
-        .map(|s| s.map(|s| s.and_then(|call| call.read(deadline, doing))))
+        .map(|s| s.map(|s| s.and_then(|call| call.read(timeout, doing))))
         .collect()
 }
 

@@ -142,8 +142,8 @@ impl RedlockMutex {
         self.inner.force_round(&self.name, keys)
     }
 
-    fn keys(&self) -> Result<&Vec<LockKeys>> {
-        self.keys.as_deref().map_err(Clone::clone)
+    fn keys(&self) -> Result<&Arc<Vec<LockKeys>>> {
+        self.keys.as_ref().map_err(Clone::clone)
     }
 
     fn lease(&self) -> Result<Duration> {
@@ -179,14 +179,14 @@ impl RedlockMutex {
     }
 
     /// One round with a new token; the guard when won.
-    fn attempt(&self, keys: &[LockKeys], lease: Duration) -> Result<Option<RedlockGuard>> {
+    fn attempt(&self, keys: &Arc<Vec<LockKeys>>, lease: Duration) -> Result<Option<RedlockGuard>> {
         self.attempt_or_wait_hint(keys, lease)
             .map(|(guard, _)| guard)
     }
 
     fn attempt_or_wait_hint(
         &self,
-        keys: &[LockKeys],
+        keys: &Arc<Vec<LockKeys>>,
         lease: Duration,
     ) -> Result<(Option<RedlockGuard>, Option<Duration>)> {
         let token: Arc<str> = Arc::from(self.inner.instances[0].ctx.tokens.next());
@@ -198,7 +198,7 @@ impl RedlockMutex {
                 let hold = Arc::new(RedlockHold {
                     inner: Arc::clone(&self.inner),
                     name: Arc::clone(&self.name),
-                    keys: keys.to_vec(),
+                    keys: Arc::clone(keys),
                     token,
                     fencing_token,
                     lease,
@@ -226,7 +226,7 @@ impl RedlockMutex {
     #[cold]
     fn wait(
         &self,
-        keys: &[LockKeys],
+        keys: &Arc<Vec<LockKeys>>,
         lease: Duration,
         deadline: Option<Instant>,
     ) -> Result<Option<RedlockGuard>> {
@@ -235,7 +235,7 @@ impl RedlockMutex {
             .inner
             .instances
             .iter()
-            .zip(keys)
+            .zip(keys.iter())
             .filter_map(|(i, k)| {
                 i.ctx
                     .subscriber

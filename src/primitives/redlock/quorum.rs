@@ -88,7 +88,7 @@ impl Inner {
                 }))
             })
             .collect();
-        let replies = fan_out(&self.instances, keys, &calls, started + timeout, doing);
+        let replies = fan_out(&self.instances, keys, &calls, timeout, doing);
         let took: Vec<Took> = replies
             .into_iter()
             .map(|reply| match reply {
@@ -188,13 +188,7 @@ impl Inner {
             })
             .collect();
         let doing = Doing::lock("ordering the fencing token of", name);
-        let replies = fan_out(
-            &self.instances,
-            keys,
-            &calls,
-            Instant::now() + timeout,
-            doing,
-        );
+        let replies = fan_out(&self.instances, keys, &calls, timeout, doing);
         replies
             .iter()
             .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
@@ -217,8 +211,13 @@ impl Inner {
             .iter()
             .map(|k| Some(protocol.release(k, token)))
             .collect();
-        let deadline = Instant::now() + self.response_timeout();
-        let replies = fan_out(&self.instances, keys, &calls, deadline, doing);
+        let replies = fan_out(
+            &self.instances,
+            keys,
+            &calls,
+            self.response_timeout(),
+            doing,
+        );
         let (mut released, mut not_ours, mut error) = (0, 0, None);
         for ((reply, instance), k) in replies.into_iter().zip(&self.instances).zip(keys) {
             match reply {
@@ -438,8 +437,7 @@ impl Inner {
         calls: &[Option<ScriptCall>],
         doing: Doing<'_>,
     ) -> Vec<Option<Result<redis::Value>>> {
-        let deadline = Instant::now() + self.response_timeout();
-        fan_out(&self.instances, keys, calls, deadline, doing)
+        fan_out(&self.instances, keys, calls, self.response_timeout(), doing)
     }
 
     /// From replies in milliseconds (negative: not held): the majority-th longest, `None`
