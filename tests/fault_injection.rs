@@ -10,6 +10,8 @@
 mod harness;
 
 use std::process::Command;
+
+use harness::faults::Fault;
 use std::time::Duration;
 
 const ENTRY: &str = "fault_injection_worker_entry";
@@ -25,13 +27,41 @@ fn fault_injection_worker_entry() {
 /// Runs of the two lock kinds, one at a time: each has 24 threads on a 2-core machine.
 static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// The faults on the lock's servers only, none on its holders.
+const SERVER_FAULTS: &[Fault] = &[Fault::LoseMaster, Fault::KillConnections, Fault::SleepRedis];
+
 fn run(fair: bool, topology: harness::Topology) {
+    let outcome = run_with(fair, topology, &Fault::ALL, true);
+    let f = &outcome.findings;
+    // The faults bit: some holder learnt its lease was lost, had a write refused, or saw a
+    // release or an acquire fail (Redis restarting refuses connections at once).
+    let failed_calls: u64 = f
+        .unlock_errors
+        .values()
+        .chain(f.acquire_errors.values())
+        .sum();
+    assert!(
+        f.lost_before_write + f.unlock_lost + f.stale_writes_rejected + failed_calls > 0,
+        "no fault was ever noticed; the faults did not bite"
+    );
+}
+
+/// Runs the harness; asserts that the faults happened, that the workers worked through
+/// them, and that no guarantee broke.
+fn run_with(
+    fair: bool,
+    topology: harness::Topology,
+    faults: &'static [Fault],
+    delayed_restart: bool,
+) -> harness::Outcome {
     let _one = ONE_RUN_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let config = harness::Config {
         processes: 6,
         threads: 4,
         fair,
         topology,
+        faults,
+        delayed_restart,
         lease: Duration::from_secs(1),
         rounds: 2,
         gap: Duration::from_millis(1500),
@@ -47,21 +77,17 @@ fn run(fair: bool, topology: harness::Topology) {
     eprintln!("{}", outcome.summary());
     let f = &outcome.findings;
     // The faults really happened and the workers really worked through them.
-    assert_eq!(f.faults.values().sum::<u64>(), 10, "{:?}", f.faults);
-    assert!(f.acquisitions > 100, "only {} acquisitions", f.acquisitions);
-    // The faults bit: some holder learnt its lease was lost, had a write refused, or saw a
-    // release or an acquire fail (Redis restarting refuses connections at once).
-    let failed_calls: u64 = f
-        .unlock_errors
-        .values()
-        .chain(f.acquire_errors.values())
-        .sum();
-    assert!(
-        f.lost_before_write + f.unlock_lost + f.stale_writes_rejected + failed_calls > 0,
-        "no fault was ever noticed; the faults did not bite"
+    let injected: u64 = f.faults.values().sum();
+    assert_eq!(
+        injected,
+        (config.rounds * faults.len()) as u64,
+        "{:?}",
+        f.faults
     );
+    assert!(f.acquisitions > 100, "only {} acquisitions", f.acquisitions);
     let violations = outcome.violations(&config);
     assert!(violations.is_empty(), "{violations:#?}");
+    outcome
 }
 
 #[test]
@@ -90,4 +116,32 @@ fn mutex_keeps_its_guarantees_under_faults_on_a_cluster() {
 #[test]
 fn redlock_keeps_its_guarantees_under_faults() {
     run(false, harness::Topology::Redlock);
+}
+
+/// Faults on the instances only (restarts after one lease, killed connections, stalls): a
+/// minority is lost at a time, so no two holds overlap at all.
+#[test]
+fn redlock_with_delayed_restarts_never_overlaps() {
+    let outcome = run_with(false, harness::Topology::Redlock, SERVER_FAULTS, true);
+    assert_eq!(
+        outcome.findings.overlapping_pairs,
+        0,
+        "{}",
+        outcome.summary()
+    );
+}
+
+/// Two instances of three restarted empty at once break the delayed-restart rule: a second
+/// holder can take a majority while the first still works. Every such overlap is caught by
+/// the fencing check or told to its holder (the checker's rule).
+#[test]
+fn redlock_restarted_at_once_has_every_overlap_caught() {
+    let outcome = run_with(false, harness::Topology::Redlock, SERVER_FAULTS, false);
+    let f = &outcome.findings;
+    assert_eq!(
+        f.stale_holds,
+        f.stale_holds_detected,
+        "{}",
+        outcome.summary()
+    );
 }

@@ -69,6 +69,8 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
         threads: 4,
         fair: false,
         topology: harness::Topology::Standalone,
+        faults: &harness::faults::Fault::ALL,
+        delayed_restart: true,
         lease: Duration::from_secs(1),
         rounds: 20,
         gap: Duration::from_secs(2),
@@ -79,6 +81,10 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
     while let Some(flag) = it.next() {
         if flag == "--fair" {
             config.fair = true;
+            continue;
+        }
+        if flag == "--restart-at-once" {
+            config.delayed_restart = false;
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;

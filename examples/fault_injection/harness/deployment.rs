@@ -170,20 +170,33 @@ impl LockDeployment {
 
     /// Takes the lock's master away: a standalone server is killed and started again empty;
     /// under Sentinel or in a Cluster its replica is promoted; one Redlock instance is killed
-    /// and started again empty after one `lease` (the delayed-restart rule). Returns what it
-    /// did.
-    pub fn lose_master(&mut self, lease: Duration) -> AnyResult<String> {
+    /// and started again empty after one `lease` (`delayed`: the delayed-restart rule), or
+    /// two, a majority, at once. Returns what it did.
+    pub fn lose_master(&mut self, lease: Duration, delayed: bool) -> AnyResult<String> {
         match self.topology {
             Topology::Standalone => {
                 self.nodes[0].restart()?;
                 Ok("lock server restarted empty".to_owned())
             }
-            Topology::Redlock => {
+            Topology::Redlock if delayed => {
                 let node = &mut self.nodes[fastrand::usize(..3)];
                 node.restart_after(lease)?;
                 Ok(format!(
                     "instance on port {} restarted empty after one lease",
                     node.port()
+                ))
+            }
+            Topology::Redlock => {
+                let spared = fastrand::usize(..3);
+                let mut ports = Vec::new();
+                for (i, node) in self.nodes.iter_mut().enumerate() {
+                    if i != spared {
+                        node.restart()?;
+                        ports.push(node.port());
+                    }
+                }
+                Ok(format!(
+                    "instances on ports {ports:?} restarted empty at once"
                 ))
             }
             Topology::Sentinel | Topology::Cluster => {

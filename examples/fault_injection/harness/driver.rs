@@ -172,7 +172,7 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
 
     let mut on_a_hold = 0;
     for round in 0..config.rounds {
-        let mut order = Fault::ALL;
+        let mut order = config.faults.to_vec();
         fastrand::shuffle(&mut order);
         for fault in order {
             let detail = inject(fault, config, &mut lock_redis, &mut workers, &mut resource)?;
@@ -243,7 +243,7 @@ fn inject(
             signal(pid, libc::SIGCONT)?;
             detail
         }
-        Fault::LoseMaster => lock_redis.lose_master(config.lease)?,
+        Fault::LoseMaster => lock_redis.lose_master(config.lease, config.delayed_restart)?,
         Fault::KillConnections => {
             let mut conn = lock_redis.master()?.connection(Duration::from_secs(10))?;
             let normal: i64 = redis::cmd("CLIENT")

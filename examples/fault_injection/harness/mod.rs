@@ -27,6 +27,11 @@ pub struct Config {
     pub fair: bool,
     /// What the lock's Redis is.
     pub topology: Topology,
+    /// The kinds of fault to inject (each round injects each once, in a random order).
+    pub faults: &'static [faults::Fault],
+    /// For a Redlock, the lost master is one instance restarted empty after one lease (the
+    /// delayed-restart rule); `false`: two instances, a majority, restarted empty at once.
+    pub delayed_restart: bool,
     /// The lease of every hold; faults are sized from it.
     pub lease: Duration,
     /// Rounds of faults; each round injects every kind once, in a random order.
