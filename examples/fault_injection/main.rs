@@ -13,7 +13,8 @@
 //! ```text
 //! cargo run --release --example fault_injection                   # 20 rounds of 5 faults
 //! cargo run --release --example fault_injection -- --fair --rounds 100 --processes 8
-//! cargo run --release --example fault_injection -- --deployment cluster   # or sentinel
+//! cargo run --release --example fault_injection -- --deployment cluster   # or sentinel, redlock
+//! cargo run --release --example fault_injection -- --deployment redlock --restart-at-once
 //! ```
 
 mod harness;
