@@ -67,23 +67,10 @@ fn main() {
     client.shutdown();
     let (raw, ours, ratio, scripts) = (spread(raw), spread(ours), spread(ratios), spread(scripts));
     println!("cluster of 3 masters, uncontended, one thread, {rounds} rounds of {round_time:?}");
-    println!(
-        "  raw SET NX PX + EVALSHA CAD   {:>10.0} /s  [{:.0} .. {:.0}]",
-        raw.median, raw.min, raw.max
-    );
-    println!(
-        "  Mutex lock + unlock           {:>10.0} /s  [{:.0} .. {:.0}]",
-        ours.median, ours.min, ours.max
-    );
-    println!(
-        "  ratio to raw (same round)     {:>10.3}     [{:.3} .. {:.3}]",
-        ratio.median, ratio.min, ratio.max
-    );
-
-    println!(
-        "  raw loop with the crate's scripts, ratio to raw {:.3} [{:.3} .. {:.3}]",
-        scripts.median, scripts.min, scripts.max
-    );
+    common::print_rate("raw SET NX PX + EVALSHA CAD", raw);
+    common::print_rate("Mutex lock + unlock", ours);
+    common::print_ratio("ratio to raw (same round)", ratio);
+    common::print_ratio("raw loop, crate's scripts", scripts);
 
     // 2. Renewal of many locks over the three masters.
     let (held, interval, periods) = if measuring {

@@ -167,22 +167,10 @@ fn main() {
             (spread(raw), spread(ours), spread(ratios), spread(scripts));
         let cycle_us = 1e6 / ours.median;
         println!("Redlock over {n} instances, uncontended, {rounds} rounds of {round_time:?}");
-        println!(
-            "  raw parallel SET NX PX + CAD  {:>10.0} /s  [{:.0} .. {:.0}]",
-            raw.median, raw.min, raw.max
-        );
-        println!(
-            "  Redlock lock + unlock         {:>10.0} /s  [{:.0} .. {:.0}]",
-            ours.median, ours.min, ours.max
-        );
-        println!(
-            "  ratio to raw (same round)     {:>10.3}     [{:.3} .. {:.3}]",
-            ratio.median, ratio.min, ratio.max
-        );
-        println!(
-            "  raw parallel loop with the crate's scripts, ratio to raw {:.3} [{:.3} .. {:.3}]",
-            scripts.median, scripts.min, scripts.max
-        );
+        common::print_rate("raw parallel SET NX PX + CAD", raw);
+        common::print_rate("Redlock lock + unlock", ours);
+        common::print_ratio("ratio to raw (same round)", ratio);
+        common::print_ratio("raw loop, crate's scripts", scripts);
         println!(
             "  one cycle {cycle_us:.1} us = {:.2} PING round trips of {rtt:.1} us (two phases)",
             cycle_us / rtt

@@ -16,7 +16,7 @@ use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
 use crate::keys;
 use crate::lease::LockContext;
-use crate::primitives::{FairMutex, Mutex};
+use crate::primitives::{FairMutex, Mutex, RwLock};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 
@@ -121,6 +121,21 @@ impl Client {
     /// ```
     pub fn fair_mutex(&self, name: impl AsRef<str>) -> FairMutex {
         FairMutex::new(Arc::clone(&self.shared), name.as_ref())
+    }
+
+    /// A handle to the read-write lock called `name`: many readers at once, or one writer.
+    /// Cheap; nothing is sent to Redis. See [`RwLock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let _read = client.rwlock("catalog").read()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn rwlock(&self, name: impl AsRef<str>) -> RwLock {
+        RwLock::new(Arc::clone(&self.shared), name.as_ref())
     }
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].

@@ -93,5 +93,8 @@ pub use connection::{Address, IntoAddress};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
-pub use primitives::{FairMutex, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex};
+pub use primitives::{
+    FairMutex, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard,
+    RwLockWriteGuard,
+};
 pub use stats::Stats;

@@ -57,6 +57,22 @@ pub fn spread(mut v: Vec<f64>) -> Spread {
     }
 }
 
+/// Prints a rate measured over rounds: `label  median /s  [min .. max]`.
+pub fn print_rate(label: &str, s: Spread) {
+    println!(
+        "  {label:<30}{:>10.0} /s  [{:.0} .. {:.0}]",
+        s.median, s.min, s.max
+    );
+}
+
+/// Prints a ratio measured over rounds: `label  median  [min .. max]`.
+pub fn print_ratio(label: &str, s: Spread) {
+    println!(
+        "  {label:<30}{:>10.3}     [{:.3} .. {:.3}]",
+        s.median, s.min, s.max
+    );
+}
+
 /// A flat JSON object built by hand (the benchmarks need no serde).
 #[derive(Default)]
 pub struct Json {

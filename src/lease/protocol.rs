@@ -33,7 +33,9 @@ pub(crate) struct AcquireCall<'a> {
     /// The holder's token: one per acquire call, for all its attempts.
     pub(crate) token: &'a str,
     pub(crate) lease: Duration,
-    /// Queue style: join the queue (or keep one's place) when the lock is not ours yet.
+    /// The caller waits if the lock is not ours yet. Queue style: join the queue (or keep
+    /// one's place); contend style: claim what the protocol lets a waiter claim (a
+    /// read-write lock's writer keeps new readers out).
     pub(crate) queue: bool,
     /// Queue style: how long a waiter counts as alive after its last heartbeat.
     pub(crate) waiter_timeout: Duration,
@@ -76,6 +78,20 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
     /// The channel on which this client's waiters learn that they may try again.
     fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str>;
+
+    /// Contend style: withdraws what the waits of `token` claimed, when the wait ended
+    /// without the lock (its deadline passed). Reply ignored. `None`: nothing to withdraw.
+    fn withdraw(&self, _keys: &LockKeys, _token: &str) -> Option<ScriptCall> {
+        None
+    }
+
+    /// The name of a hold of this protocol in the per-thread re-entry map, and its route (so
+    /// it shares the lock's hash tag). Defaults to the lock's main key; a lock with holds of
+    /// two kinds on the same keys (a read-write lock's readers and writer) names each kind
+    /// apart, so that re-entry never mistakes one for the other.
+    fn hold_key(&self, keys: &LockKeys) -> String {
+        keys.lock.clone()
+    }
 
     /// Queue style: keeps the places of `tokens` (waiters of one client) alive for
     /// `waiter_timeout`. Reply: the tokens no longer queued. `None` for contending locks.

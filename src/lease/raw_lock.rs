@@ -37,7 +37,7 @@ impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
         let keys = LockKeys::new(&ctx.config.key_prefix, name).map(Arc::new);
         let lock_key: Arc<str> = match &keys {
-            Ok(k) => Arc::from(k.lock.as_str()),
+            Ok(k) => Arc::from(protocol.hold_key(k)),
             Err(_) => Arc::from(""),
         };
         RawLock {
@@ -162,9 +162,9 @@ impl RawLock {
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
         let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
-        let attempt = || self.attempt(keys, lease, token, false);
+        let attempt = || self.attempt(keys, lease, token, may_wait);
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
-            return waiting::contend(
+            let waited = waiting::contend(
                 ctx.waiting(),
                 &self.lock_key,
                 &channel,
@@ -172,6 +172,7 @@ impl RawLock {
                 None,
                 attempt,
             );
+            return self.withdraw_unless_won(keys, token, waited);
         }
         let early = match may_wait {
             true => ctx.subscriber.subscribe_if_live(&channel, None),
@@ -186,16 +187,38 @@ impl RawLock {
             }
             Attempt::Held(remaining) => {
                 let early = early.map(|sub| (sub, seen, remaining));
-                waiting::contend(
+                let waited = waiting::contend(
                     ctx.waiting(),
                     &self.lock_key,
                     &channel,
                     deadline,
                     early,
                     attempt,
-                )
+                );
+                self.withdraw_unless_won(keys, token, waited)
             }
         }
+    }
+
+    /// After a contending wait that ended without the lock, withdraws what its attempts
+    /// claimed (best effort: a claim left behind expires with its lease).
+    fn withdraw_unless_won(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        waited: Result<Option<LeaseGuard>>,
+    ) -> Result<Option<LeaseGuard>> {
+        if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token)) {
+            let result =
+                self.ctx
+                    .call_once(&keys.lock, self.doing("giving up the wait for"), |c| {
+                        call.invoke::<redis::Value>(c)
+                    });
+            if let Err(e) = result {
+                log::debug!("redmutex: {e}");
+            }
+        }
+        waited
     }
 
     /// Queued: one try without queueing, then (when the caller may wait) the queue, with one

@@ -5,11 +5,13 @@ mod fair_mutex;
 mod mutex;
 mod mutex_guard;
 mod redlock;
+mod rw_lock;
 
 pub use fair_mutex::FairMutex;
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;
 pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
+pub use rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 #[cfg(test)]
 mod tests {
@@ -62,7 +64,8 @@ mod tests {
             .into_iter()
             .chain(super::mutex::scripts())
             .chain(super::fair_mutex::scripts())
-            .chain(super::redlock::scripts());
+            .chain(super::redlock::scripts())
+            .chain(super::rw_lock::scripts());
         let mut loaded = 0;
         for (name, script) in scripts {
             if let Err(e) = script.load(&mut conn) {
@@ -70,7 +73,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 14);
+        assert_eq!(loaded, 20);
         drop(server);
     }
 }

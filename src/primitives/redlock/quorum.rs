@@ -315,25 +315,9 @@ impl Inner {
             .iter()
             .map(|k| Some(protocol.force_release(k)))
             .collect();
-        let replies = self.timed_fan_out(keys, &calls, doing);
-        let mut any = false;
-        let mut failed = Vec::new();
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(redis::Value::Int(n)) => any |= n > 0,
-                Ok(other) => failed.push(unexpected(doing, &other)),
-                Err(e) => failed.push(e),
-            }
-        }
-        if failed.len() > self.instances.len() - self.quorum {
-            let answered = self.instances.len() - failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                &failed[0],
-            ));
-        }
+        let answers = self.answers(self.timed_fan_out(keys, &calls, doing), doing);
+        self.majority_answered(&answers.failed, doing)?;
+        let any = answers.ints().any(|n| n > 0);
         Ok(any)
     }
 
@@ -369,45 +353,24 @@ impl Inner {
     /// The poison record of the lock, from the first instance that has one.
     pub(crate) fn poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<Option<PoisonInfo>> {
         let doing = Doing::lock("reading the poison record of", name);
-        let replies = self.poison_record(keys, "get", doing);
-        let mut failed = Vec::new();
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(redis::Value::Nil) => {}
-                Ok(value) => match redis::from_redis_value::<String>(value) {
-                    Ok(record) => return Ok(Some(PoisonInfo::decode(&record))),
-                    Err(e) => failed.push(Error::new(crate::ErrorKind::Server, e.to_string())),
-                },
-                Err(e) => failed.push(e),
-            }
+        let answers = self.answers(self.poison_record(keys, "get", doing), doing);
+        if let Some(record) = answers
+            .values
+            .iter()
+            .find_map(|v| redis::from_redis_value_ref::<String>(v).ok())
+        {
+            return Ok(Some(PoisonInfo::decode(&record)));
         }
-        if failed.len() > self.instances.len() - self.quorum {
-            let answered = self.instances.len() - failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                &failed[0],
-            ));
-        }
+        self.majority_answered(&answers.failed, doing)?;
         Ok(None)
     }
 
     /// Removes the poison record on every instance; returns whether any had one.
     pub(crate) fn clear_poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
         let doing = Doing::lock("clearing the poison record of", name);
-        let replies = self.poison_record(keys, "clear", doing);
-        let mut any = false;
-        let mut failed = Vec::new();
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(redis::Value::Int(n)) => any |= n > 0,
-                Ok(other) => failed.push(unexpected(doing, &other)),
-                Err(e) => failed.push(e),
-            }
-        }
-        if let Some(first) = failed.first() {
-            let answered = self.instances.len() - failed.len();
+        let answers = self.answers(self.poison_record(keys, "clear", doing), doing);
+        if let Some(first) = answers.failed.first() {
+            let answered = self.instances.len() - answers.failed.len();
             return Err(too_few_answered(
                 answered,
                 self.instances.len(),
@@ -415,6 +378,7 @@ impl Inner {
                 first,
             ));
         }
+        let any = answers.ints().any(|n| n > 0);
         Ok(any)
     }
 
@@ -447,23 +411,16 @@ impl Inner {
         replies: Vec<Option<Result<redis::Value>>>,
         doing: Doing<'_>,
     ) -> Result<Option<Duration>> {
-        let mut held: Vec<u64> = Vec::new();
-        let mut failed = Vec::new();
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(redis::Value::Int(ms)) => {
-                    if let Ok(ms) = u64::try_from(ms) {
-                        held.push(ms);
-                    }
-                }
-                Ok(other) => failed.push(unexpected(doing, &other)),
-                Err(e) => failed.push(e),
-            }
-        }
+        let answers = self.answers(replies, doing);
+        let mut held: Vec<u64> = answers
+            .ints()
+            .filter_map(|ms| u64::try_from(ms).ok())
+            .collect();
         if held.len() >= self.quorum {
             held.sort_unstable_by(|a, b| b.cmp(a));
             return Ok(Some(Duration::from_millis(held[self.quorum - 1])));
         }
+        let failed = &answers.failed;
         if !failed.is_empty() && held.len() + failed.len() >= self.quorum {
             // The instances that did not answer could make a majority: no telling.
             let answered = self.instances.len() - failed.len();
@@ -475,5 +432,52 @@ impl Inner {
             ));
         }
         Ok(None)
+    }
+
+    /// Splits the replies of a round into values and failures.
+    fn answers(&self, replies: Vec<Option<Result<redis::Value>>>, doing: Doing<'_>) -> Answers {
+        let mut answers = Answers::default();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::ServerError(e)) => answers
+                    .failed
+                    .push(unexpected(doing, &redis::Value::ServerError(e))),
+                Ok(value) => answers.values.push(value),
+                Err(e) => answers.failed.push(e),
+            }
+        }
+        answers
+    }
+
+    /// Fails when more instances failed than a majority can spare.
+    fn majority_answered(&self, failed: &[Error], doing: Doing<'_>) -> Result<()> {
+        if failed.len() > self.instances.len() - self.quorum {
+            let answered = self.instances.len() - failed.len();
+            return Err(too_few_answered(
+                answered,
+                self.instances.len(),
+                doing,
+                &failed[0],
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the instances of a round answered.
+#[derive(Default)]
+struct Answers {
+    values: Vec<redis::Value>,
+    /// The errors of the instances that did not answer, or answered with an error.
+    failed: Vec<Error>,
+}
+
+impl Answers {
+    /// The answers that are integers.
+    fn ints(&self) -> impl Iterator<Item = i64> + '_ {
+        self.values.iter().filter_map(|v| match v {
+            redis::Value::Int(n) => Some(*n),
+            _ => None,
+        })
     }
 }

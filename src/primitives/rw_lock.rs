@@ -1,0 +1,450 @@
+//! `RwLock`: many readers or one writer, across processes, with writers never starved.
+//!
+//! Two protocols share one lock's keys: the writer's hold is the lock key (as for a
+//! [`Mutex`](crate::Mutex), with a fencing token), and every reader's hold is one entry, with
+//! its own lease, in a sorted set scored by when that lease ends. A writer that waits claims
+//! the next turn (`P:{N}:writer-waiting`), which keeps new readers out. Scripts are in
+//! `rw_lock/`.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::error::{Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
+use crate::lease::{
+    AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
+};
+use crate::primitives::mutex;
+
+/// The helpers the read-write lock's scripts share: see `rw_lock/rw.lua`.
+const RW: &str = include_str!("rw_lock/rw.lua");
+
+static READ_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, RW, include_str!("rw_lock/read_acquire.lua")]));
+static WRITE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| with_fence(&[RW, include_str!("rw_lock/write_acquire.lua")].concat()));
+static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        RW,
+        ANNOUNCE,
+        include_str!("rw_lock/read_release.lua"),
+    ])
+});
+static READ_RENEW: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, RW, include_str!("rw_lock/read_renew.lua")]));
+static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/force_release.lua")]));
+static WITHDRAW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_lock/withdraw.lua")));
+
+/// The scripts of this primitive, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("rw_lock/read_acquire", &*READ_ACQUIRE),
+        ("rw_lock/write_acquire", &*WRITE_ACQUIRE),
+        ("rw_lock/read_release", &*READ_RELEASE),
+        ("rw_lock/read_renew", &*READ_RENEW),
+        ("rw_lock/force_release", &*FORCE_RELEASE),
+        ("rw_lock/withdraw", &*WITHDRAW),
+    ]
+}
+
+/// The readers' key and the waiting writer's key of a lock.
+fn readers(keys: &LockKeys) -> String {
+    format!("{}:readers", keys.lock)
+}
+
+fn writer_waiting(keys: &LockKeys) -> String {
+    format!("{}:writer-waiting", keys.lock)
+}
+
+/// Readers' holds.
+struct ReadProtocol;
+
+/// The writer's hold.
+struct WriteProtocol;
+
+static READ: ReadProtocol = ReadProtocol;
+static WRITE: WriteProtocol = WriteProtocol;
+
+fn force_release(keys: &LockKeys) -> ScriptCall {
+    ScriptCall::new(&FORCE_RELEASE)
+        .key(&keys.lock)
+        .key(readers(keys))
+        .key(writer_waiting(keys))
+        .key(&keys.waiting)
+        .arg(&*keys.channel)
+}
+
+impl Protocol for ReadProtocol {
+    fn kind(&self) -> &'static str {
+        "RwLock"
+    }
+
+    fn wait_style(&self) -> WaitStyle {
+        WaitStyle::Contend
+    }
+
+    fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
+        let keys = call.keys;
+        ScriptCall::new(&READ_ACQUIRE)
+            .key(&keys.lock)
+            .key(readers(keys))
+            .key(writer_waiting(keys))
+            .key(&keys.waiting)
+            .arg(call.token)
+            .arg(call.lease_ms())
+    }
+
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        ScriptCall::new(&READ_RELEASE)
+            .key(readers(keys))
+            .key(&keys.waiting)
+            .arg(token)
+            .arg(&*keys.channel)
+    }
+
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall {
+        force_release(keys)
+    }
+
+    fn wake_channel(&self, keys: &LockKeys, _client_id: &str) -> Arc<str> {
+        Arc::clone(&keys.channel)
+    }
+
+    fn hold_key(&self, keys: &LockKeys) -> String {
+        format!("{}:read", keys.lock)
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
+        ScriptCall::new(&READ_RENEW)
+            .key(readers(keys))
+            .arg(token)
+            .arg(millis(lease))
+    }
+}
+
+impl Protocol for WriteProtocol {
+    fn kind(&self) -> &'static str {
+        "RwLock"
+    }
+
+    fn wait_style(&self) -> WaitStyle {
+        WaitStyle::Contend
+    }
+
+    fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
+        let keys = call.keys;
+        ScriptCall::new(&WRITE_ACQUIRE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(readers(keys))
+            .key(writer_waiting(keys))
+            .key(&keys.waiting)
+            .arg(call.token)
+            .arg(call.lease_ms())
+            .arg(if call.queue { "claim" } else { "try" })
+    }
+
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        mutex::protocol().release(keys, token)
+    }
+
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall {
+        force_release(keys)
+    }
+
+    fn wake_channel(&self, keys: &LockKeys, _client_id: &str) -> Arc<str> {
+        Arc::clone(&keys.channel)
+    }
+
+    fn withdraw(&self, keys: &LockKeys, token: &str) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&WITHDRAW)
+                .key(writer_waiting(keys))
+                .arg(token),
+        )
+    }
+}
+
+/// A read-write lock across processes: many readers at once, or one writer.
+///
+/// # Fairness
+///
+/// Writers are never starved: a writer that waits claims the next turn, and from then on new
+/// readers wait (readers that hold it finish, re-entry included). Among waiters of one kind
+/// the order is not guaranteed. A writer that gives up waiting withdraws its claim.
+///
+/// Every reader's hold has a lease of its own, renewed by its client: a reader that dies
+/// stops blocking writers after its lease, whatever the other readers do.
+///
+/// # Re-entry, downgrade and upgrade
+///
+/// A thread may take read in read and write in write (as a `Mutex` re-enters). A writer may
+/// take read too (a downgrade: it keeps read after releasing write). A reader asking for
+/// write gets [`ErrorKind::InvalidArgument`] at once: waiting for itself to leave would never
+/// end.
+///
+/// # Differences from `std::sync::RwLock`
+///
+/// It guards no data in memory; operations can fail; holds can be lost (leases); readers get
+/// no fencing token (they change nothing), the writer does.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let config = client.rwlock("config:pricing");
+/// {
+///     let _r = config.read()?; // any number of processes read at once
+/// }
+/// let w = config.write()?; // one writer, no readers
+/// println!("writing with fencing token {}", w.fencing_token());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RwLock {
+    read: RawLock,
+    write: RawLock,
+}
+
+impl RwLock {
+    pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
+        RwLock {
+            read: RawLock::new(Arc::clone(&ctx), &READ, name),
+            write: RawLock::new(ctx, &WRITE, name),
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+
+    /// Blocks until the calling thread holds a read hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`Mutex::lock`](crate::Mutex::lock).
+    pub fn read(&self) -> Result<RwLockReadGuard> {
+        self.try_read_until_opt(None)?
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, "read() gave up without a deadline"))
+    }
+
+    /// One attempt at a read hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`read`](RwLock::read).
+    pub fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
+        self.try_read_until_opt(Some(Instant::now()))
+    }
+
+    /// Waits up to `timeout` for a read hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`read`](RwLock::read).
+    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard>> {
+        self.try_read_until_opt(Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` for a read hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`read`](RwLock::read).
+    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard>> {
+        self.try_read_until_opt(Some(deadline))
+    }
+
+    fn try_read_until_opt(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
+        Ok(self
+            .read
+            .acquire(deadline)?
+            .map(|inner| RwLockReadGuard { inner }))
+    }
+
+    /// Blocks until the calling thread holds the write hold.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] at once when the calling thread holds a read hold and
+    /// not the write hold (an upgrade would wait for itself); otherwise as for
+    /// [`Mutex::lock`](crate::Mutex::lock).
+    pub fn write(&self) -> Result<RwLockWriteGuard> {
+        self.try_write_until_opt(None)?
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, "write() gave up without a deadline"))
+    }
+
+    /// One attempt at the write hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`write`](RwLock::write).
+    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
+        self.try_write_until_opt(Some(Instant::now()))
+    }
+
+    /// Waits up to `timeout` for the write hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`write`](RwLock::write).
+    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard>> {
+        self.try_write_until_opt(Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` for the write hold.
+    ///
+    /// # Errors
+    ///
+    /// As for [`write`](RwLock::write).
+    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard>> {
+        self.try_write_until_opt(Some(deadline))
+    }
+
+    fn try_write_until_opt(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
+        if self.read.hold_count() > 0 && self.write.hold_count() == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "this thread holds a read hold of {:?}: it cannot take the write hold \
+                     (it would wait for itself); release the read hold first",
+                    self.name()
+                ),
+            ));
+        }
+        Ok(self
+            .write
+            .acquire(deadline)?
+            .map(|inner| RwLockWriteGuard { inner }))
+    }
+
+    /// How many read guards of this lock the calling thread holds. Local.
+    pub fn read_count(&self) -> usize {
+        self.read.hold_count()
+    }
+
+    /// How many write guards of this lock the calling thread holds. Local.
+    pub fn write_count(&self) -> usize {
+        self.write.hold_count()
+    }
+
+    /// Removes the writer and every reader, whoever they are, and wakes the waiters. Returns
+    /// whether anyone held it. **Dangerous**, as [`Mutex::force_unlock`].
+    ///
+    /// [`Mutex::force_unlock`]: crate::Mutex::force_unlock
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors.
+    pub fn force_unlock(&self) -> Result<bool> {
+        self.write.force_unlock()
+    }
+}
+
+impl fmt::Debug for RwLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLock")
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A read hold of an [`RwLock`]; released when dropped.
+#[must_use = "if unused the read hold is released at once"]
+pub struct RwLockReadGuard {
+    inner: LeaseGuard,
+}
+
+impl RwLockReadGuard {
+    /// Whether this reader's lease is known to be lost, without a round trip.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.inner.lease_watch()
+    }
+
+    /// Releases the read hold now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the hold had expired; connection and timeout errors.
+    pub fn unlock(self) -> Result<()> {
+        self.inner.unlock()
+    }
+}
+
+impl fmt::Debug for RwLockReadGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockReadGuard")
+            .field("name", &self.inner.name())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The write hold of an [`RwLock`]; released when dropped.
+#[must_use = "if unused the write hold is released at once"]
+pub struct RwLockWriteGuard {
+    inner: LeaseGuard,
+}
+
+impl RwLockWriteGuard {
+    /// The fencing token of this write hold: greater than that of every earlier write hold
+    /// of the lock, as for [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token).
+    pub fn fencing_token(&self) -> u64 {
+        self.inner.fencing_token()
+    }
+
+    /// Whether the lease is known to be lost, without a round trip.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.inner.lease_watch()
+    }
+
+    /// Asks Redis whether the write hold is still ours; returns the remaining lease.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when it is not; connection and timeout errors.
+    pub fn verify(&self) -> Result<Duration> {
+        self.inner.verify()
+    }
+
+    /// Releases the write hold now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when it was lost; connection and timeout errors.
+    pub fn unlock(self) -> Result<()> {
+        self.inner.unlock()
+    }
+}
+
+impl fmt::Debug for RwLockWriteGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RwLockWriteGuard")
+            .field("name", &self.inner.name())
+            .field("fencing_token", &self.fencing_token())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,228 @@
+//! `RwLock` on a real `redis-server`: readers share, a writer excludes everyone, writers are
+//! not starved, a dead reader's hold expires alone, downgrade and refused upgrade, wake-ups
+//! and bad input.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redmutex::{Client, ErrorKind};
+use support::{eventually, within, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder()
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap()
+}
+
+#[test]
+fn readers_share_and_a_writer_excludes_everyone() {
+    let server = RedisServer::start();
+    let clients = [client(&server), client(&server)];
+    let readers = Arc::new(AtomicUsize::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let most_readers = Arc::new(AtomicUsize::new(0));
+    let violations = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let lock = clients[t % 2].rwlock("shared");
+            let (readers, writing, most, violations) = (
+                Arc::clone(&readers),
+                Arc::clone(&writing),
+                Arc::clone(&most_readers),
+                Arc::clone(&violations),
+            );
+            std::thread::spawn(move || {
+                for i in 0..12 {
+                    if (t + i) % 4 == 0 {
+                        let g = lock.write().unwrap();
+                        if writing.swap(true, Ordering::SeqCst)
+                            || readers.load(Ordering::SeqCst) > 0
+                        {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_millis(3));
+                        writing.store(false, Ordering::SeqCst);
+                        g.unlock().unwrap();
+                    } else {
+                        let g = lock.read().unwrap();
+                        let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        if writing.load(Ordering::SeqCst) {
+                            violations.fetch_add(1, Ordering::SeqCst);
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                        readers.fetch_sub(1, Ordering::SeqCst);
+                        g.unlock().unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    assert!(
+        most_readers.load(Ordering::SeqCst) > 1,
+        "readers never overlapped"
+    );
+}
+
+#[test]
+fn a_writer_gets_in_under_continuous_readers() {
+    let server = RedisServer::start();
+    let readers = client(&server);
+    let stop = Arc::new(AtomicBool::new(false));
+    // Four readers, each holding 40 ms and coming back at once, started 10 ms apart: at
+    // every moment some of them hold it, so without the writer's claim it would never be
+    // free of readers.
+    let threads: Vec<_> = (0..4u64)
+        .map(|i| {
+            let lock = readers.rwlock("busy");
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(10 * i));
+                while !stop.load(Ordering::SeqCst) {
+                    let g = lock.read().unwrap();
+                    std::thread::sleep(Duration::from_millis(40));
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let writer = client(&server);
+    let started = Instant::now();
+    let got = writer
+        .rwlock("busy")
+        .try_write_for(Duration::from_secs(10))
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(got.is_some(), "the writer was starved");
+    drop(got);
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    eprintln!("the writer waited {waited:?} under 4 continuous readers");
+}
+
+#[test]
+fn a_dead_readers_hold_expires_by_itself() {
+    let server = RedisServer::start();
+    let reader = client(&server);
+    let other_reader = client(&server);
+    let g = reader.rwlock("r").read().unwrap();
+    let kept = other_reader.rwlock("r").read().unwrap();
+    // The first reader's process stops: nothing renews or releases its hold.
+    std::mem::forget(g);
+    reader.shutdown();
+    drop(kept);
+    let writer = client(&server);
+    let started = Instant::now();
+    let w = writer
+        .rwlock("r")
+        .try_write_for(Duration::from_secs(20))
+        .unwrap();
+    assert!(w.is_some(), "the dead reader blocked the writer for good");
+    // It waited for the dead reader's lease (2 s), not for ever.
+    assert!(started.elapsed() > Duration::from_millis(500));
+}
+
+#[test]
+fn a_writer_may_downgrade_and_a_reader_may_not_upgrade() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let lock = c.rwlock("grade");
+    let w = lock.write().unwrap();
+    let r = lock.read().unwrap(); // downgrade
+    assert_eq!((lock.write_count(), lock.read_count()), (1, 1));
+    w.unlock().unwrap();
+    // Still read-held: another writer cannot get in, another reader can.
+    let other = client(&server);
+    assert!(other.rwlock("grade").try_write().unwrap().is_none());
+    assert!(other.rwlock("grade").try_read().unwrap().is_some());
+    // A reader asking for write is refused at once.
+    let started = Instant::now();
+    let err = lock.write().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // Re-entry: read in read.
+    let again = lock.read().unwrap();
+    assert_eq!(lock.read_count(), 2);
+    drop(again);
+    r.unlock().unwrap();
+    assert!(other.rwlock("grade").try_write().unwrap().is_some());
+}
+
+#[test]
+fn a_try_write_leaves_no_claim_and_a_writer_that_gives_up_withdraws_it() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let other = client(&server);
+    let r = c.rwlock("claims").read().unwrap();
+    assert!(other.rwlock("claims").try_write().unwrap().is_none());
+    assert!(other.rwlock("claims").try_read().unwrap().is_some());
+    let gave_up = other
+        .rwlock("claims")
+        .try_write_for(Duration::from_millis(300))
+        .unwrap();
+    assert!(gave_up.is_none());
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{claims}:writer-waiting")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists, "the claim of a writer that gave up stayed");
+    assert!(c.rwlock("claims").try_read().unwrap().is_some());
+    drop(r);
+}
+
+#[test]
+fn a_write_release_wakes_the_waiting_readers() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let waiting = client(&server);
+    let w = c.rwlock("woken").write().unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = waiting.rwlock("woken");
+            std::thread::spawn(move || lock.try_read_for(LIMIT).map(|g| g.is_some()))
+        })
+        .collect();
+    assert!(eventually(LIMIT, || waiting.stats().contended >= 1));
+    std::thread::sleep(Duration::from_millis(300));
+    w.unlock().unwrap();
+    for t in threads {
+        assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
+    }
+    assert!(waiting.stats().notifications >= 1, "no release was heard");
+}
+
+#[test]
+fn bad_input_is_a_clear_error_and_changes_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let _: () = redis::cmd("SET")
+        .arg("redmutex:{typed}:readers")
+        .arg("not a set")
+        .query(&mut server.conn())
+        .unwrap();
+    let err = c.rwlock("typed").read().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    let err = c.rwlock("typed").try_write().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    let value: String = redis::cmd("GET")
+        .arg("redmutex:{typed}:readers")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(value, "not a set");
+    let err = c.rwlock("").read().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
