@@ -15,6 +15,10 @@ pub(crate) const ERRORS: &str = include_str!("lua/errors.lua");
 /// `next_fence(lock, counter)`: the next fencing token of a lock just taken (needs `ERRORS`).
 pub(crate) const FENCE: &str = include_str!("lua/fence.lua");
 
+/// `now_ms()` (the server's clock) and `holder_of(lock)` (a lock key's token, type-checked;
+/// needs `ERRORS`).
+pub(crate) const HOLDER: &str = include_str!("lua/holder.lua");
+
 /// `announce(channel, message)`: publishes a release announcement, sharded on Redis 7 and
 /// later.
 pub(crate) const ANNOUNCE: &str = include_str!("lua/announce.lua");

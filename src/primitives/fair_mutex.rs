@@ -12,7 +12,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::MutexGuard;
 
@@ -182,18 +182,28 @@ struct FairProtocol;
 
 static PROTOCOL: FairProtocol = FairProtocol;
 
-/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua` (needs `ANNOUNCE`).
+/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua` (needs `HOLDER` and
+/// `ANNOUNCE`).
 const QUEUE: &str = include_str!("fair_mutex/queue.lua");
 
 /// Takes the lock when it is our turn, else queues: see `fair_mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    with_fence(&[ANNOUNCE, QUEUE, include_str!("fair_mutex/acquire.lua")].concat())
+    with_fence(
+        &[
+            HOLDER,
+            ANNOUNCE,
+            QUEUE,
+            include_str!("fair_mutex/acquire.lua"),
+        ]
+        .concat(),
+    )
 });
 
 /// Releases (or forcibly releases) and wakes the next waiter: see `fair_mutex/release.lua`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         ERRORS,
+        HOLDER,
         ANNOUNCE,
         QUEUE,
         include_str!("fair_mutex/release.lua"),
@@ -204,6 +214,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         ERRORS,
+        HOLDER,
         ANNOUNCE,
         QUEUE,
         include_str!("fair_mutex/leave.lua"),
@@ -214,6 +225,7 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         ERRORS,
+        HOLDER,
         ANNOUNCE,
         QUEUE,
         include_str!("fair_mutex/heartbeat.lua"),

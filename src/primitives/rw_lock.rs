@@ -16,7 +16,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
@@ -26,19 +26,20 @@ use crate::primitives::mutex;
 const RW: &str = include_str!("rw_lock/rw.lua");
 
 static READ_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, RW, include_str!("rw_lock/read_acquire.lua")]));
+    LazyLock::new(|| compose(&[ERRORS, HOLDER, RW, include_str!("rw_lock/read_acquire.lua")]));
 static WRITE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| with_fence(&[RW, include_str!("rw_lock/write_acquire.lua")].concat()));
+    LazyLock::new(|| with_fence(&[HOLDER, RW, include_str!("rw_lock/write_acquire.lua")].concat()));
 static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         ERRORS,
+        HOLDER,
         RW,
         ANNOUNCE,
         include_str!("rw_lock/read_release.lua"),
     ])
 });
 static READ_RENEW: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, RW, include_str!("rw_lock/read_renew.lua")]));
+    LazyLock::new(|| compose(&[ERRORS, HOLDER, RW, include_str!("rw_lock/read_renew.lua")]));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/force_release.lua")]));
 static WITHDRAW: LazyLock<Script> =

@@ -19,3 +19,11 @@ local function next_fence(lock, counter)
   end
   return fence
 end
+-- `next_fence`, or nil and the error to reply with when the counter is not an integer.
+local function take_fence(lock, counter)
+  local fence = next_fence(lock, counter)
+  if not fence then
+    return nil, redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is not an integer')
+  end
+  return fence
+end

@@ -16,10 +16,8 @@ if refused then return refused end
 if holder == ARGV[1] then
   -- Sent again after its reply was lost, and the first one took it: it is ours.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  local fence = next_fence(KEYS[1], KEYS[2])
-  if not fence then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
+  local fence, bad = take_fence(KEYS[1], KEYS[2])
+  if bad then return bad end
   return {1, fence}
 end
 local now = now_ms()
@@ -30,10 +28,8 @@ if not holder and (not head or head == ARGV[1]) then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
   end
-  local fence = next_fence(KEYS[1], KEYS[2])
-  if not fence then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
+  local fence, bad = take_fence(KEYS[1], KEYS[2])
+  if bad then return bad end
   if redis.call('LLEN', KEYS[3]) == 0 then
     redis.call('DEL', KEYS[3], KEYS[4])
   end

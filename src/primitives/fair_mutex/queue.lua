@@ -1,25 +1,8 @@
 -- Shared helpers of the fair lock's scripts. Besides the lock and the fencing counter, a fair
 -- lock keeps `P:{N}:queue`, a list of waiter tokens in arrival order, and `P:{N}:timeouts`, a
 -- sorted set of the same tokens scored by when each waiter counts as dead (server time in
--- ms). Every deadline is computed from the server's clock (`TIME`) inside the script, never
--- from a client's. A waiter's channel is `P:{N}:ch:<client id>`, and the message is its
--- token, so that a release wakes the next waiter only. Needs errors.lua and announce.lua.
--- The token in the lock key (false when free), or nil and the error to reply with when the
--- key holds another type or the GET was refused.
-local function holder_of(lock)
-  local holder = redis.pcall('GET', lock)
-  if type(holder) == 'table' and holder['err'] then
-    if is_type_error(holder) then
-      return nil, redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
-    end
-    return nil, holder
-  end
-  return holder
-end
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- ms). A waiter's channel is `P:{N}:ch:<client id>`, and the message is its token, so that a
+-- release wakes the next waiter only. Needs errors.lua, holder.lua and announce.lua.
 -- Drops dead waiters from the head of the queue; returns the live head (or nil).
 local function live_head(queue, timeouts, now)
   local head = redis.call('LINDEX', queue, 0)

@@ -33,10 +33,8 @@ if not previous or previous == ARGV[1] then
     -- Sent again after its reply was lost, and the first one took it: it is ours.
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
   end
-  local fence = next_fence(KEYS[1], KEYS[2])
-  if not fence then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
+  local fence, bad = take_fence(KEYS[1], KEYS[2])
+  if bad then return bad end
   return {1, fence}
 end
 local ttl = redis.call('PTTL', KEYS[1])

@@ -137,22 +137,14 @@ impl Inner {
         // Not won: give back whatever was taken, on every instance, those that did not
         // answer too.
         self.release_round(name, keys, token, lease, Doing::lock("rolling back", name));
-        let failed: Vec<&Error> = took
+        let failed: Vec<Error> = took
             .iter()
             .filter_map(|t| match t {
-                Took::Failed(e) => Some(e),
+                Took::Failed(e) => Some(e.clone()),
                 _ => None,
             })
             .collect();
-        if failed.len() > self.instances.len() - self.quorum {
-            let answered = self.instances.len() - failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                failed[0],
-            ));
-        }
+        self.majority_answered(&failed, doing)?;
         let wait = took
             .iter()
             .filter_map(|t| match t {

@@ -5,9 +5,9 @@
 -- KEYS[4]: the waiters flag.
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
 -- Reply: `{1, 0}` when held (readers get no fencing token), `{0, ms}` when not, with how long
--- the writer (or the waiting writer's claim) lasts at most. Needs errors.lua and rw.lua.
+-- the writer (or the waiting writer's claim) lasts at most. Needs errors.lua, holder.lua and rw.lua.
 local now = now_ms()
-local writer, refused = writer_of(KEYS[1])
+local writer, refused = holder_of(KEYS[1])
 if refused then return refused end
 local count, wrong = live_readers(KEYS[2], now)
 if wrong then return wrong end

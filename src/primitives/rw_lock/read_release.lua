@@ -2,8 +2,8 @@
 --
 -- KEYS[1]: the readers; KEYS[2]: the waiters flag.
 -- ARGV[1]: the token; ARGV[2]: the release channel.
--- Reply: 1 when the hold was there, 0 when it was gone. Needs errors.lua, rw.lua and
--- announce.lua.
+-- Reply: 1 when the hold was there, 0 when it was gone. Needs errors.lua, holder.lua,
+-- rw.lua and announce.lua.
 local now = now_ms()
 local removed = redis.pcall('ZREM', KEYS[1], ARGV[1])
 if type(removed) ~= 'number' or removed == 0 then

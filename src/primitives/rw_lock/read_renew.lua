@@ -2,7 +2,7 @@
 --
 -- KEYS[1]: the readers.
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
--- Reply: 1 while the hold is there, else 0, never an error. Needs errors.lua and rw.lua.
+-- Reply: 1 while the hold is there, else 0, never an error. Needs errors.lua, holder.lua and rw.lua.
 local now = now_ms()
 local expiry = redis.pcall('ZSCORE', KEYS[1], ARGV[1])
 if type(expiry) ~= 'string' or tonumber(expiry) <= now then

@@ -3,22 +3,7 @@
 -- `P:{N}:readers`, a sorted set of reader tokens scored by when each reader's lease ends
 -- (server time in ms), so that every reader's hold expires by itself, and
 -- `P:{N}:writer-waiting`, the token of a writer that waits, which keeps new readers out so
--- that writers are not starved. Needs errors.lua.
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
--- The writer's token (false when none), or nil and the error to reply with.
-local function writer_of(lock)
-  local holder = redis.pcall('GET', lock)
-  if type(holder) == 'table' and holder['err'] then
-    if is_type_error(holder) then
-      return nil, redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
-    end
-    return nil, holder
-  end
-  return holder
-end
+-- that writers are not starved. Needs errors.lua and holder.lua.
 -- Drops the readers whose lease ended; returns how many are left, or nil and an error when
 -- the key is not a sorted set.
 local function live_readers(readers, now)

@@ -5,10 +5,10 @@
 -- KEYS[4]: the waiting writer; KEYS[5]: the waiters flag.
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds; ARGV[3]: `claim` when the writer
 -- will wait (it then claims the next turn), `try` when not.
--- Reply: `{1, fencing_token}` when held, `{0, ms}` when not. Needs errors.lua, fence.lua and
--- rw.lua.
+-- Reply: `{1, fencing_token}` when held, `{0, ms}` when not. Needs errors.lua, fence.lua,
+-- holder.lua and rw.lua.
 local now = now_ms()
-local writer, refused = writer_of(KEYS[1])
+local writer, refused = holder_of(KEYS[1])
 if refused then return refused end
 local count, wrong = live_readers(KEYS[3], now)
 if wrong then return wrong end
@@ -17,10 +17,8 @@ if (not writer or writer == ARGV[1]) and count == 0 then
   if redis.call('GET', KEYS[4]) == ARGV[1] then
     redis.call('DEL', KEYS[4])
   end
-  local fence = next_fence(KEYS[1], KEYS[2])
-  if not fence then
-    return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
-  end
+  local fence, bad = take_fence(KEYS[1], KEYS[2])
+  if bad then return bad end
   return {1, fence}
 end
 -- Held: a writer that waits claims the next turn, unless another writer claimed it already.
