@@ -16,7 +16,7 @@ use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
 use crate::keys;
 use crate::lease::LockContext;
-use crate::primitives::{FairMutex, Mutex, RwLock};
+use crate::primitives::{FairMutex, Mutex, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 
@@ -136,6 +136,22 @@ impl Client {
     /// ```
     pub fn rwlock(&self, name: impl AsRef<str>) -> RwLock {
         RwLock::new(Arc::clone(&self.shared), name.as_ref())
+    }
+
+    /// A handle to the counting semaphore called `name`, with `permits` permits unless Redis
+    /// has a count for it already (then that count). Cheap; nothing is sent to Redis. See
+    /// [`Semaphore`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let _permit = client.semaphore("exports", 3).acquire()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.shared), name.as_ref(), permits)
     }
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].

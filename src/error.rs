@@ -336,6 +336,8 @@ fn redis_error_kind(err: &redis::RedisError) -> ErrorKind {
     }
     match err.code() {
         Some("WRONGTYPE") => return ErrorKind::WrongType,
+        // Our scripts' refusal of an argument that only Redis can check.
+        Some("INVALIDARG") => return ErrorKind::InvalidArgument,
         Some("WRONGPASS" | "NOAUTH" | "NOPERM") => return ErrorKind::Auth,
         Some("ERR") if is_acl_refusal_in_script(err) => return ErrorKind::Auth,
         _ => {}

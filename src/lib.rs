@@ -95,6 +95,6 @@ pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
 pub use primitives::{
     FairMutex, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard,
-    RwLockWriteGuard,
+    RwLockWriteGuard, Semaphore, SemaphorePermit, MAX_PERMITS,
 };
 pub use stats::Stats;

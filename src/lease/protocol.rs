@@ -39,6 +39,10 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) queue: bool,
     /// Queue style: how long a waiter counts as alive after its last heartbeat.
     pub(crate) waiter_timeout: Duration,
+    /// How many units the hold takes (a semaphore's permits); 1 for a lock.
+    pub(crate) units: u32,
+    /// How many units exist (a semaphore's permits); 1 for a lock.
+    pub(crate) capacity: u32,
 }
 
 impl AcquireCall<'_> {
@@ -83,6 +87,12 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// without the lock (its deadline passed). Reply ignored. `None`: nothing to withdraw.
     fn withdraw(&self, _keys: &LockKeys, _token: &str) -> Option<ScriptCall> {
         None
+    }
+
+    /// Whether a thread that holds the lock takes it again at once, without a round trip (a
+    /// lock), or takes another hold (a semaphore's permits).
+    fn reentrant(&self) -> bool {
+        true
     }
 
     /// The name of a hold of this protocol in the per-thread re-entry map, and its route (so

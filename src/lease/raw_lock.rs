@@ -31,6 +31,9 @@ pub(crate) struct RawLock {
     /// The lock's main key: its place in the re-entry map and its route.
     lock_key: Arc<str>,
     fixed_lease: Option<Duration>,
+    /// How many units a hold takes, and how many exist (a semaphore's permits).
+    units: u32,
+    capacity: u32,
 }
 
 impl RawLock {
@@ -47,7 +50,16 @@ impl RawLock {
             keys,
             lock_key,
             fixed_lease: None,
+            units: 1,
+            capacity: 1,
         }
+    }
+
+    /// This lock, whose holds take `units` of the `capacity` that exist.
+    pub(crate) fn with_units(mut self, units: u32, capacity: u32) -> Self {
+        self.units = units;
+        self.capacity = capacity;
+        self
     }
 
     /// This lock with a fixed lease (no renewal); checked by the first operation.
@@ -130,6 +142,9 @@ impl RawLock {
     }
 
     fn reenter(&self) -> Result<Option<LeaseGuard>> {
+        if !self.protocol.reentrant() {
+            return Ok(None);
+        }
         let Some(hold) = reentrancy::reenter(self.ctx.id, &self.lock_key) else {
             return Ok(None);
         };
@@ -325,6 +340,8 @@ impl RawLock {
             lease,
             queue,
             waiter_timeout: ctx.renewal.lease(),
+            units: self.units,
+            capacity: self.capacity,
         });
         let mut resent = false;
         loop {
@@ -410,7 +427,9 @@ impl RawLock {
             renewal_id,
             lease: lease_state,
         });
-        reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
+        if self.protocol.reentrant() {
+            reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
+        }
         Ok(LeaseGuard::new(Arc::clone(ctx), hold))
     }
 

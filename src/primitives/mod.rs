@@ -6,12 +6,14 @@ mod mutex;
 mod mutex_guard;
 mod redlock;
 mod rw_lock;
+mod semaphore;
 
 pub use fair_mutex::FairMutex;
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;
 pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
 pub use rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermit, MAX_PERMITS};
 
 #[cfg(test)]
 mod tests {
@@ -65,7 +67,8 @@ mod tests {
             .chain(super::mutex::scripts())
             .chain(super::fair_mutex::scripts())
             .chain(super::redlock::scripts())
-            .chain(super::rw_lock::scripts());
+            .chain(super::rw_lock::scripts())
+            .chain(super::semaphore::scripts());
         let mut loaded = 0;
         for (name, script) in scripts {
             if let Err(e) = script.load(&mut conn) {
@@ -73,7 +76,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 20);
+        assert_eq!(loaded, 24);
         drop(server);
     }
 }

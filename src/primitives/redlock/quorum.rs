@@ -85,6 +85,8 @@ impl Inner {
                     lease,
                     queue: false,
                     waiter_timeout: lease,
+                    units: 1,
+                    capacity: 1,
                 }))
             })
             .collect();

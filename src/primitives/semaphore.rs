@@ -1,0 +1,364 @@
+//! `Semaphore`: a number of permits shared across processes, each held on a lease.
+//!
+//! Every holder's permits are one entry of a sorted set scored by when its lease ends, so a
+//! holder that dies gives its permits back after its lease, and the count of permits lives
+//! in Redis beside them. Scripts are in `semaphore/`.
+
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use redis::Script;
+
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::keys::LockKeys;
+use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER};
+use crate::lease::{
+    AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
+};
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// The helpers the semaphore's scripts share: see `semaphore/permits.lua`.
+const PERMITS: &str = include_str!("semaphore/permits.lua");
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        HOLDER,
+        PERMITS,
+        include_str!("semaphore/acquire.lua"),
+    ])
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        HOLDER,
+        PERMITS,
+        ANNOUNCE,
+        include_str!("semaphore/release.lua"),
+    ])
+});
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| compose(&[HOLDER, PERMITS, include_str!("semaphore/renew.lua")]));
+static COUNT: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        HOLDER,
+        PERMITS,
+        ANNOUNCE,
+        include_str!("semaphore/count.lua"),
+    ])
+});
+
+/// The scripts of this primitive, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("semaphore/acquire", &*ACQUIRE),
+        ("semaphore/release", &*RELEASE),
+        ("semaphore/renew", &*RENEW),
+        ("semaphore/count", &*COUNT),
+    ]
+}
+
+fn permits_key(keys: &LockKeys) -> String {
+    format!("{}:permits", keys.lock)
+}
+
+fn holders(keys: &LockKeys) -> String {
+    format!("{}:holders", keys.lock)
+}
+
+fn held(keys: &LockKeys) -> String {
+    format!("{}:held", keys.lock)
+}
+
+/// Permits of a semaphore.
+struct SemaphoreProtocol;
+
+static PROTOCOL: SemaphoreProtocol = SemaphoreProtocol;
+
+fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
+    ScriptCall::new(&RELEASE)
+        .key(holders(keys))
+        .key(held(keys))
+        .key(&keys.waiting)
+        .arg(token)
+        .arg(&*keys.channel)
+        .arg(if force { "force" } else { "release" })
+}
+
+impl Protocol for SemaphoreProtocol {
+    fn kind(&self) -> &'static str {
+        "Semaphore"
+    }
+
+    fn wait_style(&self) -> WaitStyle {
+        WaitStyle::Contend
+    }
+
+    fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
+        let keys = call.keys;
+        ScriptCall::new(&ACQUIRE)
+            .key(permits_key(keys))
+            .key(holders(keys))
+            .key(held(keys))
+            .key(&keys.waiting)
+            .arg(call.token)
+            .arg(call.lease_ms())
+            .arg(call.units)
+            .arg(call.capacity)
+    }
+
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        release_call(keys, token, false)
+    }
+
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall {
+        release_call(keys, "", true)
+    }
+
+    fn wake_channel(&self, keys: &LockKeys, _client_id: &str) -> Arc<str> {
+        Arc::clone(&keys.channel)
+    }
+
+    fn reentrant(&self) -> bool {
+        false
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
+        ScriptCall::new(&RENEW)
+            .key(holders(keys))
+            .key(held(keys))
+            .arg(token)
+            .arg(millis(lease))
+    }
+}
+
+/// A counting semaphore across processes: at most `permits` permits are held at once, by any
+/// threads of any processes.
+///
+/// Every holder's permits have a lease, renewed by its client while the permit guard lives:
+/// a holder that dies gives its permits back after its lease. The count of permits lives in
+/// Redis: the first user stores the count its handle was made with, and from then on every
+/// handle follows the stored count (whatever it was made with) until
+/// [`set_permits`](Semaphore::set_permits) changes it.
+///
+/// # Fairness
+///
+/// None: of the waiters, whichever tries first after a release gets the permits. Waiters
+/// listen for releases (no polling); of the threads of one process that wait, one tries at a
+/// time.
+///
+/// # Differences from a lock
+///
+/// Permits are not re-entrant: a thread that acquires twice holds two holds. A permit guard
+/// has no fencing token.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let downloads = client.semaphore("downloads", 4); // at most 4 at once, fleet-wide
+/// let _permit = downloads.acquire()?;
+/// // ... download ...
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    ctx: Arc<LockContext>,
+    name: Arc<str>,
+    permits: u32,
+}
+
+impl Semaphore {
+    pub(crate) fn new(ctx: Arc<LockContext>, name: &str, permits: u32) -> Self {
+        Semaphore {
+            ctx,
+            name: Arc::from(name),
+            permits,
+        }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Blocks until one permit is held.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for zero or more than [`MAX_PERMITS`] permits; otherwise
+    /// as for [`Mutex::lock`](crate::Mutex::lock).
+    pub fn acquire(&self) -> Result<SemaphorePermit> {
+        self.acquire_many(1)
+    }
+
+    /// Blocks until `n` permits are held, all at once or none.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] when `n` is zero or more than the permits that exist;
+    /// otherwise as for [`acquire`](Semaphore::acquire).
+    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
+        self.take(n, None)?
+            .ok_or_else(|| Error::new(ErrorKind::Timeout, "acquire() gave up without a deadline"))
+    }
+
+    /// One attempt at one permit.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire).
+    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
+        self.take(1, Some(Instant::now()))
+    }
+
+    /// One attempt at `n` permits, all or none.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
+        self.take(n, Some(Instant::now()))
+    }
+
+    /// Waits up to `timeout` for one permit.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire).
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit>> {
+        self.take(1, Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` for one permit.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Semaphore::acquire).
+    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit>> {
+        self.take(1, Some(deadline))
+    }
+
+    /// How many permits are free now. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors; [`ErrorKind::WrongType`] when a key of the semaphore
+    /// holds something else.
+    pub fn available(&self) -> Result<u32> {
+        self.count("available", self.permits)
+    }
+
+    /// Changes how many permits exist, for every handle. Holders keep what they hold; when
+    /// the count goes down, new acquires wait until enough holders gave theirs back.
+    ///
+    /// # Errors
+    ///
+    /// As for [`available`](Semaphore::available), and [`ErrorKind::InvalidArgument`] for
+    /// zero or more than [`MAX_PERMITS`].
+    pub fn set_permits(&self, permits: u32) -> Result<()> {
+        self.count("set", permits).map(drop)
+    }
+
+    fn check(&self, permits: u32) -> Result<()> {
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!("a semaphore has 1 to {MAX_PERMITS} permits, not {permits}"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn take(&self, n: u32, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
+        self.check(self.permits)?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                "acquiring zero permits",
+            ));
+        }
+        let raw =
+            RawLock::new(Arc::clone(&self.ctx), &PROTOCOL, &self.name).with_units(n, self.permits);
+        Ok(raw
+            .acquire(deadline)?
+            .map(|inner| SemaphorePermit { inner, permits: n }))
+    }
+
+    fn count(&self, how: &str, permits: u32) -> Result<u32> {
+        self.check(permits)?;
+        let keys = LockKeys::new(&self.ctx.config.key_prefix, &self.name)?;
+        self.ctx.ensure_open()?;
+        let call = ScriptCall::new(&COUNT)
+            .key(permits_key(&keys))
+            .key(holders(&keys))
+            .key(held(&keys))
+            .arg(how)
+            .arg(permits)
+            .arg(&*keys.channel);
+        let free: i64 = self.ctx.call(
+            &keys.lock,
+            Doing::lock("counting the permits of", &self.name),
+            |c| call.invoke(c),
+        )?;
+        Ok(u32::try_from(free).unwrap_or(0))
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Permits of a [`Semaphore`]; given back when dropped.
+#[must_use = "if unused the permits are given back at once"]
+pub struct SemaphorePermit {
+    inner: LeaseGuard,
+    permits: u32,
+}
+
+impl SemaphorePermit {
+    /// How many permits this guard holds.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Whether the lease on these permits is known to be lost, without a round trip.
+    pub fn is_lost(&self) -> bool {
+        self.inner.is_lost()
+    }
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.inner.lease_watch()
+    }
+
+    /// Gives the permits back now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease had run out; connection and timeout errors.
+    pub fn unlock(self) -> Result<()> {
+        self.inner.unlock()
+    }
+}
+
+impl fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SemaphorePermit")
+            .field("name", &self.inner.name())
+            .field("permits", &self.permits)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,56 @@
+-- Shared helpers of the semaphore's scripts. A semaphore keeps `P:{N}:permits`, how many
+-- permits exist (set by the first user, changed only by `set_permits`, never expiring);
+-- `P:{N}:holders`, a sorted set of holder tokens scored by when each holder's lease ends
+-- (server time in ms), so that a dead holder's permits come back after its lease; and
+-- `P:{N}:held`, a hash of how many permits each holder token holds. Needs holder.lua.
+local function wrong_type(key, what)
+  return redis.error_reply('WRONGTYPE key ' .. key .. ' is not ' .. what)
+end
+-- How many permits exist: the stored count, else `wanted`, stored now. Or nil and an error.
+local function permits_of(key, wanted)
+  local stored = redis.pcall('GET', key)
+  if type(stored) == 'table' then
+    return nil, wrong_type(key, 'a permit count')
+  end
+  if not stored then
+    redis.call('SET', key, wanted)
+    return tonumber(wanted)
+  end
+  local n = tonumber(stored)
+  if not n then
+    return nil, wrong_type(key, 'a permit count')
+  end
+  return n
+end
+-- Drops the holders whose lease ended; returns how many permits the others hold, or nil and
+-- an error when a key has the wrong type.
+local function in_use(holders, held, now)
+  local expired = redis.pcall('ZRANGEBYSCORE', holders, '-inf', now)
+  if type(expired) == 'table' and expired['err'] then
+    return nil, wrong_type(holders, 'a set of permit holders')
+  end
+  if #expired > 0 then
+    redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)
+    redis.call('HDEL', held, unpack(expired))
+  end
+  local counts = redis.pcall('HVALS', held)
+  if type(counts) == 'table' and counts['err'] then
+    return nil, wrong_type(held, 'a hash of held permits')
+  end
+  local used = 0
+  for _, n in ipairs(counts) do
+    used = used + tonumber(n)
+  end
+  return used
+end
+-- Keeps the holders' keys for as long as the longest lease, or removes them when empty.
+local function keep_holders(holders, held, now)
+  local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
+  if last[2] then
+    local ms = math.max(tonumber(last[2]) - now, 1)
+    redis.call('PEXPIRE', holders, ms)
+    redis.call('PEXPIRE', held, ms)
+  else
+    redis.call('DEL', holders, held)
+  end
+end
