@@ -16,7 +16,7 @@ use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
 use crate::keys;
 use crate::lease::LockContext;
-use crate::primitives::{FairMutex, Mutex, RwLock, Semaphore};
+use crate::primitives::{FairMutex, MultiLock, Mutex, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 
@@ -152,6 +152,29 @@ impl Client {
     /// ```
     pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
         Semaphore::new(Arc::clone(&self.shared), name.as_ref(), permits)
+    }
+
+    /// A handle to the locks called `names`, held together: all or none. See [`MultiLock`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when no name is
+    /// given, or one is given twice (a bad name is reported by the first acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let _both = client.multi_lock(["account:17", "account:42"])?.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<I>(&self, names: I) -> Result<MultiLock>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        MultiLock::new(&self.shared, names)
     }
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].

@@ -94,7 +94,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
 pub use primitives::{
-    FairMutex, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard,
-    RwLockWriteGuard, Semaphore, SemaphorePermit, MAX_PERMITS,
+    FairMutex, MultiLock, MultiLockGuard, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex,
+    RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit, MAX_PERMITS,
 };
 pub use stats::Stats;

@@ -347,3 +347,57 @@ fn idle_waiters_on_every_shard_are_woken_within_their_shard_and_cost_little() {
     let broadcast: u64 = cluster.nodes.iter().map(bus_publishes).sum();
     assert_eq!(broadcast, 0, "an announcement crossed the cluster bus");
 }
+
+#[test]
+fn every_primitive_works_with_names_on_every_shard() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let (client, other) = (client(&cluster), client(&cluster));
+    // Names whose slots fall on the three masters.
+    let mut names: Vec<(String, u16)> = Vec::new();
+    for i in 0.. {
+        let name = format!("p-{i}");
+        let port = cluster.master_of(&format!("redmutex:{{{name}}}")).port();
+        if !names.iter().any(|(_, p)| *p == port) {
+            names.push((name, port));
+        }
+        if names.len() == 3 {
+            break;
+        }
+    }
+    let all: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    // A multi-lock over all three shards excludes a plain Mutex on each.
+    let multi = client.multi_lock(&all).unwrap().lock().unwrap();
+    for name in &all {
+        assert!(other.mutex(name).try_lock().unwrap().is_none());
+    }
+    multi.unlock().unwrap();
+    // A read-write lock and a semaphore on each shard.
+    for name in &all {
+        let lock = client.rwlock(format!("rw-{name}"));
+        let r = lock.read().unwrap();
+        assert!(other
+            .rwlock(format!("rw-{name}"))
+            .try_read()
+            .unwrap()
+            .is_some());
+        assert!(other
+            .rwlock(format!("rw-{name}"))
+            .try_write()
+            .unwrap()
+            .is_none());
+        drop(r);
+        let w = other.rwlock(format!("rw-{name}")).write().unwrap();
+        assert!(w.fencing_token() > 0);
+        drop(w);
+        let sem = client.semaphore(format!("sem-{name}"), 2);
+        let two = sem.acquire_many(2).unwrap();
+        assert!(other
+            .semaphore(format!("sem-{name}"), 2)
+            .try_acquire()
+            .unwrap()
+            .is_none());
+        drop(two);
+        assert_eq!(sem.available().unwrap(), 2);
+    }
+}

@@ -2,6 +2,7 @@
 //! beside it, how its waiters wait) to the shared lease machinery, and a public handle.
 
 mod fair_mutex;
+mod multi_lock;
 mod mutex;
 mod mutex_guard;
 mod redlock;
@@ -9,6 +10,7 @@ mod rw_lock;
 mod semaphore;
 
 pub use fair_mutex::FairMutex;
+pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;
 pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
