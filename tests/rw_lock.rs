@@ -12,6 +12,131 @@ use redmutex::{Client, ErrorKind};
 use support::{eventually, within, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(60);
+const ENTRY: &str = "rw_lock_worker_entry";
+
+/// The entry point of the worker processes; does nothing in a normal test run.
+#[test]
+fn rw_lock_worker_entry() {
+    let Some((role, url, _)) = support::worker_role() else {
+        return;
+    };
+    match role.as_str() {
+        "mixed" => read_and_write(&url),
+        "reader" => read_until_killed(&url),
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Four threads that read three times for every write, checking in Redis (outside the lock)
+/// that no writer overlaps anyone; prints the most readers it saw at once.
+fn read_and_write(url: &str) {
+    let client = client_at(url);
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let lock = client.rwlock("checked");
+            let url = url.to_owned();
+            std::thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let mut most = 0i64;
+                let mut cmd =
+                    |c: &str, k: &str| -> i64 { redis::cmd(c).arg(k).query(&mut conn).unwrap() };
+                for i in 0..12 {
+                    if (t + i) % 4 == 0 {
+                        let g = lock.write().unwrap();
+                        if cmd("INCR", "writers") != 1 || cmd("GET", "readers") != 0 {
+                            cmd("INCR", "violations");
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                        cmd("DECR", "writers");
+                        g.unlock().unwrap();
+                    } else {
+                        let g = lock.read().unwrap();
+                        most = most.max(cmd("INCR", "readers"));
+                        if cmd("GET", "writers") != 0 {
+                            cmd("INCR", "violations");
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                        cmd("DECR", "readers");
+                        g.unlock().unwrap();
+                    }
+                }
+                most
+            })
+        })
+        .collect();
+    let most = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .max()
+        .unwrap_or(0);
+    println!("MOST_READERS {most}");
+}
+
+fn read_until_killed(url: &str) {
+    let client = client_at(url);
+    let g = client.rwlock("killed").read().unwrap();
+    println!("READING {}", g.is_lost());
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+fn client_at(url: &str) -> Client {
+    Client::builder()
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .open(url)
+        .unwrap()
+}
+
+#[test]
+fn four_processes_of_four_threads_never_see_a_writer_overlap() {
+    let server = RedisServer::start();
+    for key in ["readers", "writers", "violations"] {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(0)
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| support::spawn_worker(ENTRY, "mixed", &server.url(), ""))
+        .collect();
+    let most: Vec<i64> = workers
+        .iter_mut()
+        .map(|w| support::read_marker(w, "MOST_READERS").parse().unwrap())
+        .collect();
+    for mut w in workers {
+        assert!(within(LIMIT, move || w.wait().unwrap()).success());
+    }
+    let violations: i64 = redis::cmd("GET")
+        .arg("violations")
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(violations, 0, "a writer overlapped another holder");
+    assert!(
+        most.iter().any(|&m| m > 1),
+        "readers never overlapped: {most:?}"
+    );
+}
+
+#[test]
+fn a_reader_killed_with_sigkill_stops_blocking_writers_after_its_lease() {
+    let server = RedisServer::start();
+    let mut reader = support::spawn_worker(ENTRY, "reader", &server.url(), "");
+    support::read_marker(&mut reader, "READING");
+    let writer = client(&server);
+    assert!(writer.rwlock("killed").try_write().unwrap().is_none());
+    reader.kill().unwrap();
+    reader.wait().unwrap();
+    let got = writer
+        .rwlock("killed")
+        .try_write_for(Duration::from_secs(20))
+        .unwrap();
+    assert!(
+        got.is_some(),
+        "the killed reader blocked the writer for good"
+    );
+}
 
 fn client(server: &RedisServer) -> Client {
     Client::builder()
@@ -225,4 +350,36 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
     assert_eq!(value, "not a set");
     let err = c.rwlock("").read().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+#[test]
+fn idle_readers_and_writers_cost_redis_almost_nothing() {
+    let server = RedisServer::start();
+    // Default settings: a 30 s lease, renewed (and re-checked by waiters) every 10 s.
+    let holder = Client::open(server.url()).unwrap();
+    let waiter = Client::open(server.url()).unwrap();
+    let w = holder.rwlock("idle").write().unwrap();
+    let threads: Vec<_> = (0..10)
+        .map(|i| {
+            let lock = waiter.rwlock("idle");
+            std::thread::spawn(move || {
+                if i % 2 == 0 {
+                    lock.try_read_for(LIMIT).map(|g| g.is_some())
+                } else {
+                    lock.try_write_for(LIMIT).map(|g| g.is_some())
+                }
+            })
+        })
+        .collect();
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 2));
+    std::thread::sleep(Duration::from_secs(1));
+    let before = server.info_number("stats", "total_commands_processed");
+    std::thread::sleep(Duration::from_secs(10));
+    let spent = server.info_number("stats", "total_commands_processed") - before;
+    eprintln!("ten idle readers and writers: {spent} commands in 10 s");
+    assert!(spent < 100, "{spent} commands in 10 s");
+    drop(w);
+    for t in threads {
+        assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
+    }
 }

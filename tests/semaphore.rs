@@ -12,6 +12,68 @@ use redmutex::{Client, ErrorKind};
 use support::{eventually, within, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(60);
+const ENTRY: &str = "semaphore_worker_entry";
+
+/// The entry point of the worker processes; does nothing in a normal test run.
+#[test]
+fn semaphore_worker_entry() {
+    let Some((role, url, _)) = support::worker_role() else {
+        return;
+    };
+    assert_eq!(role, "holders");
+    let client = Client::builder()
+        .backoff(Duration::from_millis(1), Duration::from_millis(20))
+        .open(url.as_str())
+        .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let sem = client.semaphore("fleet", 3);
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let mut most = 0i64;
+                for _ in 0..10 {
+                    let permit = sem.acquire().unwrap();
+                    let now: i64 = redis::cmd("INCR").arg("inside").query(&mut conn).unwrap();
+                    most = most.max(now);
+                    std::thread::sleep(Duration::from_millis(3));
+                    let _: i64 = redis::cmd("DECR").arg("inside").query(&mut conn).unwrap();
+                    permit.unlock().unwrap();
+                }
+                most
+            })
+        })
+        .collect();
+    let most = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .max()
+        .unwrap_or(0);
+    println!("MOST_HOLDERS {most}");
+}
+
+#[test]
+fn four_processes_of_four_threads_never_hold_more_than_the_permits() {
+    let server = RedisServer::start();
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| support::spawn_worker(ENTRY, "holders", &server.url(), ""))
+        .collect();
+    let most: Vec<i64> = workers
+        .iter_mut()
+        .map(|w| support::read_marker(w, "MOST_HOLDERS").parse().unwrap())
+        .collect();
+    for mut w in workers {
+        assert!(within(LIMIT, move || w.wait().unwrap()).success());
+    }
+    assert!(
+        most.iter().all(|&m| m <= 3),
+        "more holders than permits: {most:?}"
+    );
+    assert!(
+        most.iter().any(|&m| m > 1),
+        "holders never overlapped: {most:?}"
+    );
+}
 
 fn client(server: &RedisServer) -> Client {
     Client::builder()
