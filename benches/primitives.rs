@@ -1,0 +1,167 @@
+//! The other primitives under load.
+//!
+//! 1. `RwLock` beside `Mutex` on the same load: 4 processes x 4 threads, 95% of the holds
+//!    reads and 5% writes (a `Mutex` takes every hold exclusively), each hold 200 µs of
+//!    waiting on I/O; holds per second, in alternating rounds.
+//! 2. `Semaphore`: round trips per acquire and per release, from Redis's own count of the
+//!    script calls (`EVALSHA`) one thread's cycles cost.
+//!
+//! `cargo bench --bench primitives` measures and writes `target/bench-results/primitives.json`.
+//! Run by `cargo test --benches`, it does a short smoke run instead.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{spread, Json};
+use redmutex::Client;
+use support::RedisServer;
+
+const PROCESSES: usize = 4;
+const THREADS: usize = 4;
+/// How long each hold lasts (sleeping, as for I/O).
+const HOLD: Duration = Duration::from_micros(200);
+
+/// A worker process: `THREADS` threads hold the lock for `run`, 95% of the holds reads;
+/// prints how many holds it made.
+fn worker(args: &[String]) {
+    let (url, kind) = (&args[0], args[1].as_str());
+    let run = Duration::from_millis(args[2].parse().expect("run ms"));
+    let client = Client::open(url.as_str()).expect("client");
+    let start = Instant::now();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let client = client.clone();
+            let kind = kind.to_owned();
+            std::thread::spawn(move || {
+                let mut holds = 0u64;
+                let mut rng = fastrand::Rng::with_seed(t as u64);
+                while start.elapsed() < run {
+                    let write = rng.u32(0..100) < 5;
+                    match (kind.as_str(), write) {
+                        ("rwlock", false) => {
+                            let g = client.rwlock("shared").read().expect("read");
+                            std::thread::sleep(HOLD);
+                            g.unlock().expect("unlock");
+                        }
+                        ("rwlock", true) => {
+                            let g = client.rwlock("shared").write().expect("write");
+                            std::thread::sleep(HOLD);
+                            g.unlock().expect("unlock");
+                        }
+                        _ => {
+                            let g = client.mutex("shared").lock().expect("lock");
+                            std::thread::sleep(HOLD);
+                            g.unlock().expect("unlock");
+                        }
+                    }
+                    holds += 1;
+                }
+                holds
+            })
+        })
+        .collect();
+    let holds: u64 = threads.into_iter().map(|t| t.join().expect("thread")).sum();
+    println!("HOLDS {holds}");
+}
+
+/// Holds per second of all the worker processes with `kind` ("rwlock" or "mutex").
+fn round(server: &RedisServer, kind: &str, run: Duration) -> f64 {
+    let exe = std::env::current_exe().expect("bench binary");
+    let started = Instant::now();
+    let children: Vec<_> = (0..PROCESSES)
+        .map(|_| {
+            Command::new(&exe)
+                .arg("worker")
+                .arg(server.url())
+                .arg(kind)
+                .arg(run.as_millis().to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn worker")
+        })
+        .collect();
+    let mut holds = 0u64;
+    for mut child in children {
+        let stdout = child.stdout.take().expect("stdout");
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("worker output");
+            if let Some(n) = line.strip_prefix("HOLDS ") {
+                holds += n.trim().parse::<u64>().expect("number");
+            }
+        }
+        assert!(child.wait().expect("wait").success(), "a worker failed");
+    }
+    holds as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Script calls (`EVALSHA`) Redis ran so far.
+fn script_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("worker") {
+        return worker(&args[2..]);
+    }
+    let measuring = common::measuring();
+    let (rounds, run) = if measuring {
+        (5, Duration::from_secs(3))
+    } else {
+        (1, Duration::from_millis(200))
+    };
+    let server = RedisServer::start();
+    let mut json = Json::default();
+    json.text("benchmark", "primitives");
+
+    // 1. RwLock beside Mutex, 95% reads, alternating rounds.
+    let (mut rw, mut mx, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let r = round(&server, "rwlock", run);
+        let m = round(&server, "mutex", run);
+        rw.push(r);
+        mx.push(m);
+        ratios.push(r / m);
+    }
+    let (rw, mx, ratio) = (spread(rw), spread(mx), spread(ratios));
+    println!(
+        "{PROCESSES} processes x {THREADS} threads, 95% reads, holds of {HOLD:?}, {rounds} rounds of {run:?}"
+    );
+    common::print_rate("RwLock holds", rw);
+    common::print_rate("Mutex holds", mx);
+    common::print_ratio("RwLock / Mutex", ratio);
+    json.spread("rwlock_holds_per_sec", rw)
+        .spread("mutex_holds_per_sec", mx)
+        .spread("rwlock_to_mutex", ratio);
+
+    // 2. Semaphore round trips, uncontended.
+    let client = Client::open(server.url()).expect("client");
+    let sem = client.semaphore("permits", 4);
+    drop(sem.acquire().expect("warm up"));
+    let cycles = if measuring { 5000 } else { 200 };
+    let before = script_calls(&server);
+    let mut acquires = 0u64;
+    for _ in 0..cycles {
+        let permit = sem.acquire().expect("acquire");
+        acquires += 1;
+        permit.unlock().expect("release");
+    }
+    let calls = script_calls(&server) - before;
+    let per_cycle = calls as f64 / acquires as f64;
+    println!("  Semaphore acquire + release: {per_cycle:.2} script calls (round trips) per cycle");
+    json.num("semaphore_round_trips_per_cycle", per_cycle);
+    common::write_results("primitives", &json);
+}
