@@ -220,17 +220,44 @@ fn bad_input_is_a_clear_error_and_changes_nothing() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert_eq!(sem.available().unwrap(), 3);
     let _: () = redis::cmd("SET")
-        .arg("redmutex:{typed}:holders")
+        .arg("redmutex:semaphore:{typed}:holders")
         .arg("not a set")
         .query(&mut server.conn())
         .unwrap();
     let err = c.semaphore("typed", 2).acquire().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
     let value: String = redis::cmd("GET")
-        .arg("redmutex:{typed}:holders")
+        .arg("redmutex:semaphore:{typed}:holders")
         .query(&mut server.conn())
         .unwrap();
     assert_eq!(value, "not a set");
     let err = c.semaphore("", 2).acquire().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+#[test]
+fn a_semaphore_and_a_mutex_of_the_same_name_do_not_mix() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let other = client(&server);
+    let permit = c.semaphore("shared-name", 1).acquire().unwrap();
+    // A Mutex of that name is another lock.
+    let m = other.mutex("shared-name").try_lock().unwrap();
+    assert!(m.is_some(), "the semaphore's permit held the Mutex");
+    drop(m);
+    drop(permit);
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("redmutex:semaphore:*")
+        .query(&mut server.conn())
+        .unwrap();
+    // Its keys, its waiters flag and its channel are its own, apart from the Mutex's.
+    assert!(
+        keys.contains(&"redmutex:semaphore:{shared-name}:permits".to_owned()),
+        "{keys:?}"
+    );
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{shared-name}:permits")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists);
 }

@@ -89,6 +89,13 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         None
     }
 
+    /// A word that sets this protocol's keys apart from a lock's of the same name
+    /// (`P:<namespace>:{N}…` instead of `P:{N}…`), for a kind whose keys, waiters and
+    /// announcements must not mix with a `Mutex`'s. `None`: the lock's own keys.
+    fn namespace(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether a thread that holds the lock takes it again at once, without a round trip (a
     /// lock), or takes another hold (a semaphore's permits).
     fn reentrant(&self) -> bool {

@@ -38,7 +38,11 @@ pub(crate) struct RawLock {
 
 impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
-        let keys = LockKeys::new(&ctx.config.key_prefix, name).map(Arc::new);
+        let keys = match protocol.namespace() {
+            None => LockKeys::new(&ctx.config.key_prefix, name),
+            Some(ns) => LockKeys::new(&format!("{}:{ns}", ctx.config.key_prefix), name),
+        }
+        .map(Arc::new);
         let lock_key: Arc<str> = match &keys {
             Ok(k) => Arc::from(protocol.hold_key(k)),
             Err(_) => Arc::from(""),

@@ -2,7 +2,8 @@
 //!
 //! Every holder's permits are one entry of a sorted set scored by when its lease ends, so a
 //! holder that dies gives its permits back after its lease, and the count of permits lives
-//! in Redis beside them. Scripts are in `semaphore/`.
+//! in Redis beside them. A semaphore's keys (`P:semaphore:{N}…`) stay apart from those of a
+//! lock of the same name. Scripts are in `semaphore/`.
 
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -18,6 +19,9 @@ use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
+
+/// What sets a semaphore's keys apart from a lock's of the same name: `P:semaphore:{N}…`.
+const NAMESPACE: &str = "semaphore";
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -126,6 +130,10 @@ impl Protocol for SemaphoreProtocol {
 
     fn reentrant(&self) -> bool {
         false
+    }
+
+    fn namespace(&self) -> Option<&'static str> {
+        Some(NAMESPACE)
     }
 
     fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
@@ -293,7 +301,8 @@ impl Semaphore {
 
     fn count(&self, how: &str, permits: u32) -> Result<u32> {
         self.check(permits)?;
-        let keys = LockKeys::new(&self.ctx.config.key_prefix, &self.name)?;
+        let prefix = format!("{}:{NAMESPACE}", self.ctx.config.key_prefix);
+        let keys = LockKeys::new(&prefix, &self.name)?;
         self.ctx.ensure_open()?;
         let call = ScriptCall::new(&COUNT)
             .key(permits_key(&keys))

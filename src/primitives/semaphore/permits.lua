@@ -1,8 +1,9 @@
--- Shared helpers of the semaphore's scripts. A semaphore keeps `P:{N}:permits`, how many
--- permits exist (set by the first user, changed only by `set_permits`, never expiring);
--- `P:{N}:holders`, a sorted set of holder tokens scored by when each holder's lease ends
--- (server time in ms), so that a dead holder's permits come back after its lease; and
--- `P:{N}:held`, a hash of how many permits each holder token holds. Needs holder.lua.
+-- Shared helpers of the semaphore's scripts. With `S` for `P:semaphore:{N}`, a semaphore
+-- keeps `S:permits`, how many permits exist (set by the first user, changed only by
+-- `set_permits`, never expiring); `S:holders`, a sorted set of holder tokens scored by when
+-- each holder's lease ends (server time in ms), so that a dead holder's permits come back
+-- after its lease; and `S:held`, a hash of how many permits each holder token holds. Needs
+-- holder.lua.
 local function wrong_type(key, what)
   return redis.error_reply('WRONGTYPE key ' .. key .. ' is not ' .. what)
 end
