@@ -383,3 +383,17 @@ fn idle_readers_and_writers_cost_redis_almost_nothing() {
         assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
     }
 }
+
+#[test]
+fn a_read_hold_is_renewed_past_its_lease() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let r = c.rwlock("renewed").read().unwrap();
+    // Past the 2 s lease: the renewal thread keeps this reader's own entry alive.
+    std::thread::sleep(Duration::from_millis(2600));
+    assert!(!r.is_lost());
+    let other = client(&server);
+    assert!(other.rwlock("renewed").try_write().unwrap().is_none());
+    r.unlock().unwrap();
+    assert!(other.rwlock("renewed").try_write().unwrap().is_some());
+}

@@ -261,3 +261,17 @@ fn a_semaphore_and_a_mutex_of_the_same_name_do_not_mix() {
         .unwrap();
     assert!(!exists);
 }
+
+#[test]
+fn permits_are_renewed_past_their_lease() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let sem = c.semaphore("renewed", 1);
+    let permit = sem.acquire().unwrap();
+    // Past the 2 s lease: the renewal thread keeps the holder's entry alive.
+    std::thread::sleep(Duration::from_millis(2600));
+    assert!(!permit.is_lost());
+    assert_eq!(sem.available().unwrap(), 0);
+    permit.unlock().unwrap();
+    assert_eq!(sem.available().unwrap(), 1);
+}

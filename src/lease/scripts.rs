@@ -19,6 +19,10 @@ pub(crate) const FENCE: &str = include_str!("lua/fence.lua");
 /// needs `ERRORS`).
 pub(crate) const HOLDER: &str = include_str!("lua/holder.lua");
 
+/// `renew_member(set, member, lease_ms, now)`: renews a hold that is a member of a sorted set
+/// scored by its lease's end.
+pub(crate) const MEMBER_LEASE: &str = include_str!("lua/member_lease.lua");
+
 /// `announce(channel, message)`: publishes a release announcement, sharded on Redis 7 and
 /// later.
 pub(crate) const ANNOUNCE: &str = include_str!("lua/announce.lua");

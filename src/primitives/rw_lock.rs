@@ -16,7 +16,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_LEASE};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
@@ -38,8 +38,15 @@ static READ_RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("rw_lock/read_release.lua"),
     ])
 });
-static READ_RENEW: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, HOLDER, RW, include_str!("rw_lock/read_renew.lua")]));
+static READ_RENEW: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        HOLDER,
+        MEMBER_LEASE,
+        RW,
+        include_str!("rw_lock/read_renew.lua"),
+    ])
+});
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/force_release.lua")]));
 static WITHDRAW: LazyLock<Script> =

@@ -15,7 +15,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER};
+use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_LEASE};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
@@ -45,8 +45,14 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("semaphore/release.lua"),
     ])
 });
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| compose(&[HOLDER, PERMITS, include_str!("semaphore/renew.lua")]));
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        HOLDER,
+        MEMBER_LEASE,
+        PERMITS,
+        include_str!("semaphore/renew.lua"),
+    ])
+});
 static COUNT: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         HOLDER,
