@@ -183,15 +183,20 @@ impl Protocol for SemaphoreProtocol {
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    ctx: Arc<LockContext>,
+    /// The permits as a lock, one permit per hold (`take` asks for more).
+    raw: RawLock,
+    /// The semaphore's keys, or why its name is refused.
+    keys: std::result::Result<Arc<LockKeys>, Error>,
     name: Arc<str>,
     permits: u32,
 }
 
 impl Semaphore {
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str, permits: u32) -> Self {
+        let prefix = format!("{}:{NAMESPACE}", ctx.config.key_prefix);
         Semaphore {
-            ctx,
+            keys: LockKeys::new(&prefix, name).map(Arc::new),
+            raw: RawLock::new(ctx, &PROTOCOL, name).with_units(1, permits),
             name: Arc::from(name),
             permits,
         }
@@ -298,8 +303,7 @@ impl Semaphore {
                 "acquiring zero permits",
             ));
         }
-        let raw =
-            RawLock::new(Arc::clone(&self.ctx), &PROTOCOL, &self.name).with_units(n, self.permits);
+        let raw = self.raw.clone().with_units(n, self.permits);
         Ok(raw
             .acquire(deadline)?
             .map(|inner| SemaphorePermit { inner, permits: n }))
@@ -307,17 +311,17 @@ impl Semaphore {
 
     fn count(&self, how: &str, permits: u32) -> Result<u32> {
         self.check(permits)?;
-        let prefix = format!("{}:{NAMESPACE}", self.ctx.config.key_prefix);
-        let keys = LockKeys::new(&prefix, &self.name)?;
-        self.ctx.ensure_open()?;
+        let keys = self.keys.as_ref().map_err(Clone::clone)?;
+        let ctx = &self.raw.ctx;
+        ctx.ensure_open()?;
         let call = ScriptCall::new(&COUNT)
-            .key(permits_key(&keys))
-            .key(holders(&keys))
-            .key(held(&keys))
+            .key(permits_key(keys))
+            .key(holders(keys))
+            .key(held(keys))
             .arg(how)
             .arg(permits)
             .arg(&*keys.channel);
-        let free: i64 = self.ctx.call(
+        let free: i64 = ctx.call(
             &keys.lock,
             Doing::lock("counting the permits of", &self.name),
             |c| call.invoke(c),

@@ -56,6 +56,11 @@ enum Took {
     Failed(Error),
 }
 
+/// One call per instance, made from the lock's keys there.
+fn on_every(keys: &[LockKeys], call: impl Fn(&LockKeys) -> ScriptCall) -> Vec<Option<ScriptCall>> {
+    keys.iter().map(|k| Some(call(k))).collect()
+}
+
 impl Inner {
     /// The keys of lock `name` on every instance.
     pub(crate) fn keys(&self, name: &str) -> Result<Vec<LockKeys>> {
@@ -76,20 +81,17 @@ impl Inner {
         let started = Instant::now();
         let timeout = self.instance_timeout(lease);
         let protocol = mutex::protocol();
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| {
-                Some(protocol.acquire(&AcquireCall {
-                    keys: k,
-                    token,
-                    lease,
-                    queue: false,
-                    waiter_timeout: lease,
-                    units: 1,
-                    capacity: 1,
-                }))
+        let calls = on_every(keys, |k| {
+            protocol.acquire(&AcquireCall {
+                keys: k,
+                token,
+                lease,
+                queue: false,
+                waiter_timeout: lease,
+                units: 1,
+                capacity: 1,
             })
-            .collect();
+        });
         let replies = fan_out(&self.instances, keys, &calls, timeout, doing);
         let took: Vec<Took> = replies
             .into_iter()
@@ -201,10 +203,7 @@ impl Inner {
         doing: Doing<'_>,
     ) -> (usize, usize, Option<Error>) {
         let protocol = mutex::protocol();
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| Some(protocol.release(k, token)))
-            .collect();
+        let calls = on_every(keys, |k| protocol.release(k, token));
         let replies = fan_out(
             &self.instances,
             keys,
@@ -253,10 +252,7 @@ impl Inner {
         token: &str,
     ) -> Result<Option<Duration>> {
         let doing = Doing::lock("verifying", name);
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| Some(ScriptCall::new(&CHECK).key(&k.lock).arg(token)))
-            .collect();
+        let calls = on_every(keys, |k| ScriptCall::new(&CHECK).key(&k.lock).arg(token));
         let replies = self.timed_fan_out(keys, &calls, doing);
         self.majority_ms(replies, doing)
     }
@@ -273,18 +269,13 @@ impl Inner {
         how: &'static str,
     ) -> Result<Option<Duration>> {
         let doing = Doing::lock("extending the lease of", name);
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| {
-                Some(
-                    ScriptCall::new(&CHANGE_LEASE)
-                        .key(&k.lock)
-                        .arg(token)
-                        .arg(millis(by))
-                        .arg(how),
-                )
-            })
-            .collect();
+        let calls = on_every(keys, |k| {
+            ScriptCall::new(&CHANGE_LEASE)
+                .key(&k.lock)
+                .arg(token)
+                .arg(millis(by))
+                .arg(how)
+        });
         let replies = self.timed_fan_out(keys, &calls, doing);
         self.majority_ms(replies, doing)
     }
@@ -292,10 +283,7 @@ impl Inner {
     /// Whether a majority of the instances hold the lock, whoever holds it.
     pub(crate) fn locked_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
         let doing = Doing::lock("checking", name);
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| Some(ScriptCall::new(&REMAINING).key(&k.lock)))
-            .collect();
+        let calls = on_every(keys, |k| ScriptCall::new(&REMAINING).key(&k.lock));
         let replies = self.timed_fan_out(keys, &calls, doing);
         Ok(self.majority_ms(replies, doing)?.is_some())
     }
@@ -305,10 +293,7 @@ impl Inner {
     pub(crate) fn force_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
         let doing = Doing::lock("force-unlocking", name);
         let protocol = mutex::protocol();
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| Some(protocol.force_release(k)))
-            .collect();
+        let calls = on_every(keys, |k| protocol.force_release(k));
         let answers = self.answers(self.timed_fan_out(keys, &calls, doing), doing);
         self.majority_answered(&answers.failed, doing)?;
         let any = answers.ints().any(|n| n > 0);
@@ -320,18 +305,13 @@ impl Inner {
     pub(crate) fn mark_poisoned_round(&self, name: &str, keys: &[LockKeys], token: &str) {
         let doing = Doing::lock("recording a panic on", name);
         let record = PoisonInfo::here(token).encode();
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| {
-                Some(
-                    ScriptCall::new(&MARK_POISONED)
-                        .key(&k.lock)
-                        .key(&k.poison)
-                        .arg(token)
-                        .arg(&record),
-                )
-            })
-            .collect();
+        let calls = on_every(keys, |k| {
+            ScriptCall::new(&MARK_POISONED)
+                .key(&k.lock)
+                .key(&k.poison)
+                .arg(token)
+                .arg(&record)
+        });
         let replies = self.timed_fan_out(keys, &calls, doing);
         let marked = replies
             .iter()
@@ -382,10 +362,9 @@ impl Inner {
         how: &str,
         doing: Doing<'_>,
     ) -> Vec<Option<Result<redis::Value>>> {
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .map(|k| Some(ScriptCall::new(&POISON_RECORD).key(&k.poison).arg(how)))
-            .collect();
+        let calls = on_every(keys, |k| {
+            ScriptCall::new(&POISON_RECORD).key(&k.poison).arg(how)
+        });
         self.timed_fan_out(keys, &calls, doing)
     }
 
