@@ -151,7 +151,24 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
-        Semaphore::new(Arc::clone(&self.shared), name.as_ref(), permits)
+        Semaphore::new(Arc::clone(&self.shared), name.as_ref(), permits, false)
+    }
+
+    /// A handle to the counting semaphore called `name`, as [`semaphore`](Client::semaphore)
+    /// gives, that grants its permits in the order they were asked for, across all processes
+    /// (see [`Semaphore`]'s `# Fairness`). Cheap; nothing is sent to Redis.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let reports = client.fair_semaphore("reports", 2);
+    /// let _big = reports.acquire_many(2)?; // later callers of one permit wait behind it
+    /// # Ok(()) }
+    /// ```
+    pub fn fair_semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.shared), name.as_ref(), permits, true)
     }
 
     /// A handle to the locks called `names`, held together: all or none. See [`MultiLock`].

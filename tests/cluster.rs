@@ -399,5 +399,18 @@ fn every_primitive_works_with_names_on_every_shard() {
             .is_none());
         drop(two);
         assert_eq!(sem.available().unwrap(), 2);
+        // A fair semaphore's waiter is woken on its client's channel, on the name's shard.
+        let one = client
+            .fair_semaphore(format!("fair-{name}"), 1)
+            .acquire()
+            .unwrap();
+        let sem = other.fair_semaphore(format!("fair-{name}"), 1);
+        let waiter = std::thread::spawn(move || {
+            let permit = sem.try_acquire_for(Duration::from_secs(30)).unwrap();
+            permit.is_some()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(one);
+        assert!(within(LIMIT, move || waiter.join().unwrap()));
     }
 }

@@ -5,7 +5,7 @@
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redmutex::{Client, ErrorKind};
@@ -20,14 +20,23 @@ fn semaphore_worker_entry() {
     let Some((role, url, _)) = support::worker_role() else {
         return;
     };
-    assert_eq!(role, "holders");
+    if role == "fair-waiter" {
+        let client = client_of(&url);
+        println!("WAITING");
+        let _ = client.fair_semaphore("dead", 1).acquire();
+        return;
+    }
+    assert!(role == "holders" || role == "fair-holders", "{role}");
     let client = Client::builder()
         .backoff(Duration::from_millis(1), Duration::from_millis(20))
         .open(url.as_str())
         .unwrap();
     let threads: Vec<_> = (0..4)
         .map(|_| {
-            let sem = client.semaphore("fleet", 3);
+            let sem = match role.as_str() {
+                "fair-holders" => client.fair_semaphore("fleet", 3),
+                _ => client.semaphore("fleet", 3),
+            };
             let url = url.clone();
             std::thread::spawn(move || {
                 let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -54,9 +63,18 @@ fn semaphore_worker_entry() {
 
 #[test]
 fn four_processes_of_four_threads_never_hold_more_than_the_permits() {
+    processes_never_hold_more_than_the_permits("holders");
+}
+
+#[test]
+fn four_processes_of_four_threads_never_hold_more_than_fair_permits() {
+    processes_never_hold_more_than_the_permits("fair-holders");
+}
+
+fn processes_never_hold_more_than_the_permits(role: &str) {
     let server = RedisServer::start();
     let mut workers: Vec<_> = (0..4)
-        .map(|_| support::spawn_worker(ENTRY, "holders", &server.url(), ""))
+        .map(|_| support::spawn_worker(ENTRY, role, &server.url(), ""))
         .collect();
     let most: Vec<i64> = workers
         .iter_mut()
@@ -76,10 +94,14 @@ fn four_processes_of_four_threads_never_hold_more_than_the_permits() {
 }
 
 fn client(server: &RedisServer) -> Client {
+    client_of(&server.url())
+}
+
+fn client_of(url: &str) -> Client {
     Client::builder()
         .default_lease(Duration::from_secs(2))
         .renewal_interval(Duration::from_millis(300))
-        .open(server.url())
+        .open(url)
         .unwrap()
 }
 
@@ -274,4 +296,186 @@ fn permits_are_renewed_past_their_lease() {
     assert_eq!(sem.available().unwrap(), 0);
     permit.unlock().unwrap();
     assert_eq!(sem.available().unwrap(), 1);
+}
+
+/// How many waiters the queue of fair semaphore `name` holds.
+fn queued(server: &RedisServer, name: &str) -> usize {
+    redis::cmd("LLEN")
+        .arg(format!("redmutex:semaphore:{{{name}}}:queue"))
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+#[test]
+fn a_fair_semaphore_grants_permits_in_the_order_asked_for() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let sem = c.fair_semaphore("fifo", 2);
+    let first = sem.acquire().unwrap();
+    let second = sem.acquire().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    // "big" asks for both permits and queues first; "small" asks for one and queues behind.
+    let waiter = |label: &'static str, n: u32| {
+        let sem = client(&server).fair_semaphore("fifo", 2);
+        let order = Arc::clone(&order);
+        std::thread::spawn(move || {
+            let permit = sem.acquire_many(n).unwrap();
+            order.lock().unwrap().push(label);
+            std::thread::sleep(Duration::from_millis(100));
+            permit.unlock().unwrap();
+        })
+    };
+    let big = waiter("big", 2);
+    assert!(eventually(LIMIT, || queued(&server, "fifo") == 1));
+    let small = waiter("small", 1);
+    assert!(eventually(LIMIT, || queued(&server, "fifo") == 2));
+    // One permit comes back: enough for "small", but "big" is ahead of it and nobody
+    // overtakes. Unfair, "small" would take it now.
+    first.unlock().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "{:?}",
+        order.lock().unwrap()
+    );
+    assert!(c.fair_semaphore("fifo", 2).try_acquire().unwrap().is_none());
+    second.unlock().unwrap();
+    within(LIMIT, move || big.join().unwrap());
+    within(LIMIT, move || small.join().unwrap());
+    assert_eq!(*order.lock().unwrap(), ["big", "small"]);
+    // Nobody waits: the queue's keys are gone.
+    assert_eq!(queued(&server, "fifo"), 0);
+    assert_eq!(sem.available().unwrap(), 2);
+}
+
+#[test]
+fn a_fair_release_of_one_permit_wakes_one_waiter_of_four_processes() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let held = holder.fair_semaphore("one", 1).acquire().unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    // Four waiters, each in a client of its own, as in four processes: an unfair semaphore
+    // wakes one waiter per client.
+    let waiters: Vec<_> = (0..4).map(|_| client(&server)).collect();
+    let threads: Vec<_> = waiters
+        .iter()
+        .map(|w| {
+            let sem = w.fair_semaphore("one", 1);
+            let got = Arc::clone(&got);
+            std::thread::spawn(move || {
+                let permit = sem.try_acquire_for(Duration::from_secs(5)).unwrap();
+                if permit.is_some() {
+                    got.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_secs(6));
+                }
+            })
+        })
+        .collect();
+    assert!(eventually(LIMIT, || queued(&server, "one") == 4));
+    let attempts = || waiters.iter().map(|w| w.stats().attempts).sum::<u64>();
+    let before = attempts();
+    held.unlock().unwrap();
+    assert!(eventually(LIMIT, || got.load(Ordering::SeqCst) == 1));
+    std::thread::sleep(Duration::from_millis(300));
+    let after = attempts() - before;
+    // The winner's attempt, and at most one re-check: not one attempt per waiting process.
+    assert!(after <= 2, "{after} attempts for one freed permit");
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(got.load(Ordering::SeqCst), 1);
+    // The waiters that timed out left the queue.
+    assert_eq!(queued(&server, "one"), 0);
+}
+
+#[test]
+fn a_fair_release_of_k_permits_lets_in_the_k_waiters_at_the_head() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let held = c.fair_semaphore("k", 3).acquire_many(3).unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..5).map(|_| client(&server)).collect();
+    let mut threads = Vec::new();
+    for (i, w) in clients.iter().enumerate() {
+        let sem = w.fair_semaphore("k", 3);
+        let got = Arc::clone(&got);
+        threads.push(std::thread::spawn(move || {
+            let permit = sem.try_acquire_for(Duration::from_secs(8)).unwrap();
+            if permit.is_some() {
+                got.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(9));
+            }
+        }));
+        assert!(eventually(LIMIT, || queued(&server, "k") == i + 1));
+    }
+    held.unlock().unwrap();
+    assert!(eventually(LIMIT, || got.load(Ordering::SeqCst) == 3));
+    // The two behind stay queued: the three permits went to the three ahead of them.
+    assert_eq!(queued(&server, "k"), 2);
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
+    assert_eq!(got.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn a_killed_fair_waiter_is_skipped_after_its_timeout() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let held = c.fair_semaphore("dead", 1).acquire().unwrap();
+    // A waiter in another process, killed while it waits at the head of the queue.
+    let mut dead = support::spawn_worker(ENTRY, "fair-waiter", &server.url(), "");
+    support::read_marker(&mut dead, "WAITING");
+    assert!(eventually(LIMIT, || queued(&server, "dead") == 1));
+    let live = {
+        let sem = client(&server).fair_semaphore("dead", 1);
+        std::thread::spawn(move || sem.acquire().map(|p| p.permits()))
+    };
+    assert!(eventually(LIMIT, || queued(&server, "dead") == 2));
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    // The release wakes the dead head, which never comes; once its timeout (one 2 s lease
+    // after its last heartbeat) passes, the live waiter behind it takes the permit.
+    held.unlock().unwrap();
+    assert_eq!(within(LIMIT, move || live.join().unwrap()).unwrap(), 1);
+    assert_eq!(queued(&server, "dead"), 0);
+}
+
+#[test]
+fn raising_the_count_wakes_the_fair_waiters_it_lets_in() {
+    let server = RedisServer::start();
+    // Waiters whose own re-check is 20 s away: only the announcement lets them in sooner.
+    let slow = || {
+        Client::builder()
+            .default_lease(Duration::from_secs(60))
+            .renewal_interval(Duration::from_secs(20))
+            .backoff(Duration::from_millis(10), Duration::from_secs(20))
+            .open(server.url())
+            .unwrap()
+    };
+    let c = slow();
+    let sem = c.fair_semaphore("raise", 1);
+    let held = sem.acquire().unwrap();
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let sem = slow().fair_semaphore("raise", 1);
+            std::thread::spawn(move || {
+                let permit = sem.try_acquire_for(Duration::from_secs(15)).unwrap();
+                permit.is_some()
+            })
+        })
+        .collect();
+    assert!(eventually(LIMIT, || queued(&server, "raise") == 2));
+    std::thread::sleep(Duration::from_millis(300));
+    sem.set_permits(3).unwrap();
+    let started = std::time::Instant::now();
+    for w in waiters {
+        let got = within(LIMIT, move || w.join().unwrap());
+        assert!(got, "a waiter timed out although permits were added");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the waiters waited for their re-check, not the announcement"
+    );
+    drop(held);
 }

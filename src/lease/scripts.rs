@@ -49,6 +49,11 @@ pub(crate) static CHANGE_LEASE: LazyLock<Script> =
 pub(crate) static CHECK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/check.lua")));
 
+/// Keeps the places of queued waiters alive, for every queue-style primitive: see
+/// `lua/queue_heartbeat.lua`.
+pub(crate) static QUEUE_HEARTBEAT: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, HOLDER, include_str!("lua/queue_heartbeat.lua")]));
+
 /// Leaves the record of a panicking holder: see `lua/mark_poisoned.lua`.
 pub(crate) static MARK_POISONED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/mark_poisoned.lua")));
@@ -61,5 +66,6 @@ pub(crate) fn all() -> Vec<(&'static str, &'static Script)> {
         ("change_lease", &*CHANGE_LEASE),
         ("check", &*CHECK),
         ("mark_poisoned", &*MARK_POISONED),
+        ("queue_heartbeat", &*QUEUE_HEARTBEAT),
     ]
 }

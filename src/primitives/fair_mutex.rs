@@ -12,7 +12,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::MutexGuard;
 
@@ -221,17 +221,6 @@ static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     ])
 });
 
-/// Keeps the places of one client's waiters alive: see `fair_mutex/heartbeat.lua`.
-static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| {
-    compose(&[
-        ERRORS,
-        HOLDER,
-        ANNOUNCE,
-        QUEUE,
-        include_str!("fair_mutex/heartbeat.lua"),
-    ])
-});
-
 impl FairProtocol {
     /// A call of one of the fair scripts, with the four keys they all take, in their order
     /// (KEYS[1] lock, KEYS[2] fencing counter, KEYS[3] queue, KEYS[4] timeouts).
@@ -294,9 +283,9 @@ impl Protocol for FairProtocol {
         tokens: &[&str],
         waiter_timeout: Duration,
     ) -> Option<ScriptCall> {
-        let call = ScriptCall::new(&HEARTBEAT)
-            .key(&keys.queue)
+        let call = ScriptCall::new(&QUEUE_HEARTBEAT)
             .key(&keys.timeouts)
+            .key(&keys.queue)
             .arg(millis(waiter_timeout));
         Some(call.arg(tokens))
     }
@@ -309,6 +298,5 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("fair_mutex/acquire", &*ACQUIRE),
         ("fair_mutex/release", &*RELEASE),
         ("fair_mutex/leave", &*LEAVE),
-        ("fair_mutex/heartbeat", &*HEARTBEAT),
     ]
 }

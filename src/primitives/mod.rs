@@ -78,7 +78,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 24);
+        assert_eq!(loaded, 27);
         drop(server);
     }
 }

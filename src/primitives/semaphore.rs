@@ -26,8 +26,13 @@ const NAMESPACE: &str = "semaphore";
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
 
+mod fair;
+
 /// The helpers the semaphore's scripts share: see `semaphore/permits.lua`.
 const PERMITS: &str = include_str!("semaphore/permits.lua");
+
+/// The helpers of a fair semaphore's queue: see `semaphore/fair_queue.lua`.
+const FAIR_QUEUE: &str = include_str!("semaphore/fair_queue.lua");
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
@@ -55,9 +60,11 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 });
 static COUNT: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
+        ERRORS,
         HOLDER,
         PERMITS,
         ANNOUNCE,
+        FAIR_QUEUE,
         include_str!("semaphore/count.lua"),
     ])
 });
@@ -65,12 +72,14 @@ static COUNT: LazyLock<Script> = LazyLock::new(|| {
 /// The scripts of this primitive, for the test that loads every script into Redis.
 #[cfg(test)]
 pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
+    let mut all = vec![
         ("semaphore/acquire", &*ACQUIRE),
         ("semaphore/release", &*RELEASE),
         ("semaphore/renew", &*RENEW),
         ("semaphore/count", &*COUNT),
-    ]
+    ];
+    all.extend(fair::scripts());
+    all
 }
 
 fn permits_key(keys: &LockKeys) -> String {
@@ -83,6 +92,17 @@ fn holders(keys: &LockKeys) -> String {
 
 fn held(keys: &LockKeys) -> String {
     format!("{}:held", keys.lock)
+}
+
+/// A fair semaphore's waiters: how many permits each asks for.
+fn wants(keys: &LockKeys) -> String {
+    format!("{}:wants", keys.lock)
+}
+
+/// `call` with a fair semaphore's queue keys added: the queue, the waiters' timeouts and the
+/// permits each wants.
+fn with_queue_keys(call: ScriptCall, keys: &LockKeys) -> ScriptCall {
+    call.key(&keys.queue).key(&keys.timeouts).key(wants(keys))
 }
 
 /// Permits of a semaphore.
@@ -162,9 +182,27 @@ impl Protocol for SemaphoreProtocol {
 ///
 /// # Fairness
 ///
-/// None: of the waiters, whichever tries first after a release gets the permits. Waiters
-/// listen for releases (no polling); of the threads of one process that wait, one tries at a
-/// time.
+/// A semaphore from [`Client::semaphore`](crate::Client::semaphore) is not fair: of the
+/// waiters, whichever tries first after a release gets the permits. Waiters listen for
+/// releases (no polling); of the threads of one process that wait, one tries at a time, so a
+/// release wakes one waiter per waiting process.
+///
+/// A semaphore from [`Client::fair_semaphore`](crate::Client::fair_semaphore) grants permits
+/// in the order they were asked for, across all processes, as a
+/// [`FairMutex`](crate::FairMutex) does:
+///
+/// - Every waiting thread has its place in a queue kept in Redis. A waiter takes its permits
+///   when they are free beyond those the live waiters ahead of it ask for, so nobody
+///   overtakes a waiter, not even one that asks for more permits than are free now.
+/// - A release wakes, in order, exactly the waiters its permits let in (each on its client's
+///   channel, by its token), and nobody else.
+/// - [`try_acquire`](Semaphore::try_acquire) never queues, and takes nothing while others
+///   wait for those permits; a timed acquire that times out leaves the queue at once.
+/// - A waiter whose process died is skipped at most one
+///   [default lease](crate::Builder::default_lease) after its last heartbeat.
+///
+/// Fair and unfair handles of one name share its permits, but an unfair one ignores the
+/// queue: give every handle of a name the same fairness.
 ///
 /// # Differences from a lock
 ///
@@ -189,17 +227,29 @@ pub struct Semaphore {
     keys: std::result::Result<Arc<LockKeys>, Error>,
     name: Arc<str>,
     permits: u32,
+    fair: bool,
 }
 
 impl Semaphore {
-    pub(crate) fn new(ctx: Arc<LockContext>, name: &str, permits: u32) -> Self {
+    /// A handle to the semaphore `name`; `fair` grants its permits in the order asked for.
+    pub(crate) fn new(ctx: Arc<LockContext>, name: &str, permits: u32, fair: bool) -> Self {
         let prefix = format!("{}:{NAMESPACE}", ctx.config.key_prefix);
+        let protocol: &'static dyn Protocol = match fair {
+            true => &fair::PROTOCOL,
+            false => &PROTOCOL,
+        };
         Semaphore {
             keys: LockKeys::new(&prefix, name).map(Arc::new),
-            raw: RawLock::new(ctx, &PROTOCOL, name).with_units(1, permits),
+            raw: RawLock::new(ctx, protocol, name).with_units(1, permits),
             name: Arc::from(name),
             permits,
+            fair,
         }
+    }
+
+    /// Whether this handle grants permits in the order they were asked for.
+    pub fn is_fair(&self) -> bool {
+        self.fair
     }
 
     /// The semaphore's name.
@@ -317,10 +367,12 @@ impl Semaphore {
         let call = ScriptCall::new(&COUNT)
             .key(permits_key(keys))
             .key(holders(keys))
-            .key(held(keys))
+            .key(held(keys));
+        let call = with_queue_keys(call, keys)
             .arg(how)
             .arg(permits)
-            .arg(&*keys.channel);
+            .arg(&*keys.channel)
+            .arg(&keys.waiter_channel_prefix);
         let free: i64 = ctx.call(
             &keys.lock,
             Doing::lock("counting the permits of", &self.name),
@@ -335,6 +387,7 @@ impl fmt::Debug for Semaphore {
         f.debug_struct("Semaphore")
             .field("name", &self.name)
             .field("permits", &self.permits)
+            .field("fair", &self.fair)
             .finish_non_exhaustive()
     }
 }

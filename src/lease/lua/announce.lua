@@ -10,3 +10,8 @@ local function announce(channel, message)
     redis.pcall('PUBLISH', channel, message)
   end
 end
+-- Wakes one queued waiter: the message is its token, on the channel of its client
+-- (`prefix` plus the client id that starts the token).
+local function wake_waiter(prefix, token)
+  announce(prefix .. string.match(token, '^[^:]+'), token)
+end

@@ -45,7 +45,7 @@ elseif head then
   wait = math.max(head_expiry - now, 1)
   -- The lock is free and another live waiter is next: tell it (again), in case a dead one
   -- was just dropped from ahead of it or its announcement went astray.
-  wake(ARGV[5], head)
+  wake_waiter(ARGV[5], head)
 end
 if ARGV[4] == 'wait' then
   local ttl = tonumber(ARGV[3])

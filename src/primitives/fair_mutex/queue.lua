@@ -17,14 +17,11 @@ local function live_head(queue, timeouts, now)
   end
   return nil
 end
-local function wake(prefix, head)
-  announce(prefix .. string.match(head, '^[^:]+'), head)
-end
 -- The lock is free: wake the next live waiter, or remove every key when nobody is left.
 local function hand_on(queue, timeouts, fence, prefix)
   local head = live_head(queue, timeouts, now_ms())
   if head then
-    wake(prefix, head)
+    wake_waiter(prefix, head)
   elseif redis.call('LLEN', queue) == 0 then
     redis.call('DEL', queue, timeouts, fence)
   end

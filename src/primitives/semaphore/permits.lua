@@ -55,3 +55,31 @@ local function keep_holders(holders, held, now)
     redis.call('DEL', holders, held)
   end
 end
+-- Gives back the permits of `token` (of every holder, when `token` is false); returns how many
+-- were given back.
+local function give_back(holders, held, token, now)
+  local freed = 0
+  if not token then
+    for _, n in ipairs(redis.call('HVALS', held)) do
+      freed = freed + tonumber(n)
+    end
+    redis.call('DEL', holders, held)
+    return freed
+  end
+  local n = redis.call('HGET', held, token)
+  if not n then
+    return 0
+  end
+  redis.call('HDEL', held, token)
+  redis.call('ZREM', holders, token)
+  keep_holders(holders, held, now)
+  return tonumber(n)
+end
+-- The stored permit count, or nil when none is stored (or it is not a number).
+local function stored_permits(key)
+  local stored = redis.pcall('GET', key)
+  if type(stored) ~= 'string' then
+    return nil
+  end
+  return tonumber(stored)
+end

@@ -6,27 +6,15 @@
 -- give back every holder's permits.
 -- Reply: 1 when permits were given back, 0 when the token held none. Needs holder.lua,
 -- permits.lua and announce.lua.
-local now = now_ms()
-local freed = 0
+local token = ARGV[1]
 if ARGV[3] == 'force' then
-  for _, n in ipairs(redis.call('HVALS', KEYS[2])) do
-    freed = freed + tonumber(n)
-  end
-  redis.call('DEL', KEYS[1], KEYS[2])
-else
-  local n = redis.call('HGET', KEYS[2], ARGV[1])
-  if not n then
-    return 0
-  end
-  redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  keep_holders(KEYS[1], KEYS[2], now)
-  freed = tonumber(n)
+  token = false
 end
-if freed > 0 and redis.call('DEL', KEYS[3]) == 1 then
+local freed = give_back(KEYS[1], KEYS[2], token, now_ms())
+if freed == 0 then
+  return 0
+end
+if redis.call('DEL', KEYS[3]) == 1 then
   announce(ARGV[2], tostring(freed))
 end
-if freed > 0 then
-  return 1
-end
-return 0
+return 1

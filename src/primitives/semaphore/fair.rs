@@ -1,0 +1,122 @@
+//! The fair semaphore's protocol: the permits and holders of every semaphore, plus a queue of
+//! waiters in Redis, kept in the server's clock; a release wakes, in arrival order, the
+//! waiters whose permits it lets in, and nobody overtakes a waiter.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::Script;
+
+use super::{held, holders, permits_key, with_queue_keys, FAIR_QUEUE, NAMESPACE, PERMITS};
+use crate::config::millis;
+use crate::connection::ScriptCall;
+use crate::keys::LockKeys;
+use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
+use crate::lease::{AcquireCall, Protocol, WaitStyle};
+
+/// A script of the fair semaphore: the queue helpers and a body.
+fn fair_script(body: &str) -> Script {
+    compose(&[ERRORS, HOLDER, PERMITS, ANNOUNCE, FAIR_QUEUE, body])
+}
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fair_acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fair_release.lua")));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fair_leave.lua")));
+
+/// The scripts of this protocol, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![
+        ("semaphore/fair_acquire", &*ACQUIRE),
+        ("semaphore/fair_release", &*RELEASE),
+        ("semaphore/fair_leave", &*LEAVE),
+    ]
+}
+
+/// Permits of a fair semaphore.
+pub(super) struct FairSemaphoreProtocol;
+
+pub(super) static PROTOCOL: FairSemaphoreProtocol = FairSemaphoreProtocol;
+
+/// A call of one of the fair scripts, with the six keys they all take, in their order
+/// (KEYS[1] permit count, KEYS[2] holders, KEYS[3] held permits, KEYS[4..6] the queue).
+fn call(script: &'static Script, keys: &LockKeys) -> ScriptCall {
+    let call = ScriptCall::new(script)
+        .key(permits_key(keys))
+        .key(holders(keys))
+        .key(held(keys));
+    with_queue_keys(call, keys)
+}
+
+fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
+    call(&RELEASE, keys)
+        .arg(token)
+        .arg(&keys.waiter_channel_prefix)
+        .arg(if force { "force" } else { "release" })
+}
+
+impl Protocol for FairSemaphoreProtocol {
+    fn kind(&self) -> &'static str {
+        "Semaphore"
+    }
+
+    fn wait_style(&self) -> WaitStyle {
+        WaitStyle::Queue
+    }
+
+    fn acquire(&self, acquire: &AcquireCall<'_>) -> ScriptCall {
+        let keys = acquire.keys;
+        call(&ACQUIRE, keys)
+            .arg(acquire.token)
+            .arg(acquire.lease_ms())
+            .arg(acquire.units)
+            .arg(acquire.capacity)
+            .arg(millis(acquire.waiter_timeout))
+            .arg(if acquire.queue { "wait" } else { "try" })
+            .arg(&keys.waiter_channel_prefix)
+    }
+
+    fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        release_call(keys, token, false)
+    }
+
+    fn force_release(&self, keys: &LockKeys) -> ScriptCall {
+        release_call(keys, "", true)
+    }
+
+    fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        call(&LEAVE, keys)
+            .arg(token)
+            .arg(&keys.waiter_channel_prefix)
+    }
+
+    fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {
+        keys.waiter_channel(client_id)
+    }
+
+    fn reentrant(&self) -> bool {
+        false
+    }
+
+    fn namespace(&self) -> Option<&'static str> {
+        Some(NAMESPACE)
+    }
+
+    fn heartbeat(
+        &self,
+        keys: &LockKeys,
+        tokens: &[&str],
+        waiter_timeout: Duration,
+    ) -> Option<ScriptCall> {
+        let call = ScriptCall::new(&QUEUE_HEARTBEAT)
+            .key(&keys.timeouts)
+            .key(&keys.queue)
+            .key(super::wants(keys))
+            .arg(millis(waiter_timeout));
+        Some(call.arg(tokens))
+    }
+
+    fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
+        super::PROTOCOL.renew(keys, token, lease)
+    }
+}
