@@ -372,6 +372,15 @@ fn every_primitive_works_with_names_on_every_shard() {
         assert!(other.mutex(name).try_lock().unwrap().is_none());
     }
     multi.unlock().unwrap();
+    // Names of one hash tag share a slot: one script takes them all on its master.
+    for name in &all {
+        let together = [format!("{{{name}}}:a"), format!("{{{name}}}:b")];
+        let before = client.stats().attempts;
+        let both = client.multi_lock(&together).unwrap().lock().unwrap();
+        assert_eq!(client.stats().attempts - before, 1, "{together:?}");
+        assert!(other.mutex(&together[1]).try_lock().unwrap().is_none());
+        both.unlock().unwrap();
+    }
     // A read-write lock and a semaphore on each shard.
     for name in &all {
         let lock = client.rwlock(format!("rw-{name}"));

@@ -1,5 +1,6 @@
 //! `MultiLock` on a real `redis-server`: all or nothing, no deadlock between overlapping sets
-//! taken in opposite orders, exclusion against plain `Mutex`es, and bad input.
+//! taken in opposite orders, the names of one hash slot taken in one round trip, exclusion
+//! against plain `Mutex`es, and bad input.
 
 mod support;
 
@@ -24,7 +25,9 @@ fn all_or_nothing_and_nothing_left_behind() {
     let other = Client::open(server.url()).unwrap();
     let b = other.mutex("b").lock().unwrap();
     let multi = c.multi_lock(["c", "a", "b"]).unwrap();
-    assert_eq!(multi.names(), ["a", "b", "c"]);
+    // One order, whatever order the names were given in.
+    let again = c.multi_lock(["b", "c", "a"]).unwrap();
+    assert_eq!(multi.names(), again.names());
     assert!(multi.try_lock().unwrap().is_none());
     assert!(multi
         .try_lock_for(Duration::from_millis(200))
@@ -109,4 +112,107 @@ fn bad_input_is_a_clear_error_and_takes_nothing() {
     let err = c.multi_lock(["ok", ""]).unwrap().lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(!exists(&server, "redmutex:{ok}"), "a partial hold was left");
+}
+
+/// The names of one hash tag: `{order:42}` for all of them.
+const TAGGED: [&str; 3] = [
+    "{order:42}:stock",
+    "{order:42}:payment",
+    "{order:42}:shipping",
+];
+
+fn key_of(name: &str) -> String {
+    format!("redmutex:{{{name}}}")
+}
+
+#[test]
+fn names_of_one_hash_tag_are_taken_in_one_round_trip() {
+    let server = RedisServer::start();
+    let c = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let multi = c.multi_lock(TAGGED).unwrap();
+    let before = c.stats().attempts;
+    let all = multi.lock().unwrap();
+    assert_eq!(
+        c.stats().attempts - before,
+        1,
+        "one script for the three locks"
+    );
+    assert_eq!(all.guards().len(), 3);
+    assert!(all.guards().iter().all(|g| g.fencing_token() > 0));
+    for name in TAGGED {
+        assert!(other.mutex(name).try_lock().unwrap().is_none(), "{name}");
+    }
+    all.unlock().unwrap();
+    assert!(TAGGED.iter().all(|n| !exists(&server, &key_of(n))));
+    // Re-entry: a thread that holds one of them takes the rest without the script.
+    let held = c.mutex(TAGGED[1]).lock().unwrap();
+    let all = multi
+        .try_lock()
+        .unwrap()
+        .expect("free but for our own hold");
+    drop(all);
+    assert!(
+        exists(&server, &key_of(TAGGED[1])),
+        "the outer hold was released"
+    );
+    drop(held);
+}
+
+#[test]
+fn a_held_name_of_the_tag_is_waited_for_and_nothing_is_left_behind() {
+    let server = RedisServer::start();
+    let c = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let multi = c.multi_lock(TAGGED).unwrap();
+    let order = multi.names();
+    // The second in the order is held: the script takes the first, and stops there.
+    let held = other.mutex(order[1]).lock().unwrap();
+    assert!(multi.try_lock().unwrap().is_none());
+    assert!(multi
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    for name in [order[0], order[2]] {
+        assert!(
+            !exists(&server, &key_of(name)),
+            "a partial hold of {name} was left"
+        );
+    }
+    let waiter = std::thread::spawn(move || {
+        let all = multi.try_lock_for(Duration::from_secs(30)).unwrap();
+        all.map(|g| g.guards().len())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    held.unlock().unwrap();
+    assert_eq!(within(LIMIT, move || waiter.join().unwrap()), Some(3));
+    assert!(TAGGED.iter().all(|n| !exists(&server, &key_of(n))));
+}
+
+#[test]
+fn a_key_of_the_wrong_type_in_a_tag_takes_nothing() {
+    let server = RedisServer::start();
+    let c = Client::open(server.url()).unwrap();
+    let multi = c.multi_lock(TAGGED).unwrap();
+    let last = multi.names()[2].to_owned();
+    let _: () = redis::cmd("HSET")
+        .arg(key_of(&last))
+        .arg("f")
+        .arg("v")
+        .query(&mut server.conn())
+        .unwrap();
+    let err = multi.try_lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    // The two taken before it in the same script were given back by it.
+    for name in &multi.names()[..2] {
+        assert!(
+            !exists(&server, &key_of(name)),
+            "a partial hold of {name} was left"
+        );
+    }
+    let kind: String = redis::cmd("TYPE")
+        .arg(key_of(&last))
+        .query(&mut server.conn())
+        .unwrap();
+    assert_eq!(kind, "hash");
 }

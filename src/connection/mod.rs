@@ -29,7 +29,7 @@ use crate::error::{Doing, Error, Result, Server};
 
 pub use address::{Address, IntoAddress};
 pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
-pub(crate) use cluster::{Cluster, ClusterSettings};
+pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
 pub(crate) use pool::{Checkout, Pool};
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
 

@@ -437,6 +437,36 @@ impl RawLock {
         Ok(LeaseGuard::new(Arc::clone(ctx), hold))
     }
 
+    /// The keys, lease and a new token for an attempt that a script taking several locks at
+    /// once makes for this lock; or why it cannot be taken.
+    pub(crate) fn prepare_elsewhere(&self) -> Result<(&Arc<LockKeys>, Duration, Arc<str>)> {
+        let keys = self.keys()?;
+        let lease = self.lease()?;
+        Ok((keys, lease, Arc::from(self.ctx.tokens.next())))
+    }
+
+    /// The guard of this lock, taken with `token` by a script that took several locks at once
+    /// (the attempt sent at `sent_at`, with the lease of
+    /// [`prepare_elsewhere`](Self::prepare_elsewhere)).
+    pub(crate) fn adopt(
+        &self,
+        token: &str,
+        fencing_token: u64,
+        sent_at: Instant,
+    ) -> Result<LeaseGuard> {
+        let keys = self.keys()?;
+        let lease = self.lease()?;
+        self.acquired(keys, lease, token, fencing_token, sent_at)
+    }
+
+    /// Has the renewal thread give back this lock, taken with `token` by a script that took
+    /// several at once but not kept (or whose outcome is unknown).
+    pub(crate) fn give_back_later(&self, token: &str, sent_at: Instant) {
+        if let (Ok(keys), Ok(lease)) = (self.keys(), self.lease()) {
+            self.clean_up_later(keys, token, sent_at + lease);
+        }
+    }
+
     /// Gives back a lock that was taken but cannot be kept (too few replica acknowledgements,
     /// no renewal thread): one try now, then the renewal thread's clean-up.
     #[cold]

@@ -70,7 +70,8 @@ mod tests {
             .chain(super::fair_mutex::scripts())
             .chain(super::redlock::scripts())
             .chain(super::rw_lock::scripts())
-            .chain(super::semaphore::scripts());
+            .chain(super::semaphore::scripts())
+            .chain(super::multi_lock::scripts());
         let mut loaded = 0;
         for (name, script) in scripts {
             if let Err(e) = script.load(&mut conn) {
@@ -78,7 +79,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 27);
+        assert_eq!(loaded, 28);
         drop(server);
     }
 }

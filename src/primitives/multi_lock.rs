@@ -1,20 +1,48 @@
-//! `MultiLock`: several named locks held together, all or none.
+//! `MultiLock`: several named locks held together, all or none; the locks of one hash slot
+//! taken in one script.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Result};
+use redis::Script;
+
+use crate::config::millis;
+use crate::connection::{slot_of, ScriptCall};
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::lease::scripts::with_fence;
 use crate::lease::LockContext;
+use crate::primitives::mutex::TAKE_LOCK;
 use crate::primitives::{Mutex, MutexGuard};
+use crate::stats::Counters;
+
+/// Takes the locks of one slot in order, up to the first held one: see
+/// `multi_lock/acquire.lua`.
+static ACQUIRE_TOGETHER: LazyLock<Script> =
+    LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("multi_lock/acquire.lua")].concat()));
+
+/// The scripts of this primitive, for the test that loads every script into Redis.
+#[cfg(test)]
+pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
+    vec![("multi_lock/acquire", &*ACQUIRE_TOGETHER)]
+}
 
 /// Several [`Mutex`]es held together: every one of them or none.
 ///
 /// The locks are the `Mutex`es of the same names (a multi-lock excludes a `Mutex` of each of
 /// its names, and the other way round). They are always taken in one order, the same in every
-/// process (sorted by key), so two multi-locks over overlapping names can never wait for each
-/// other in a circle; when one cannot be had by the deadline, or fails, those taken already
-/// are given back before the call returns.
+/// process (by the hash slot of their key, then by name), so two multi-locks over overlapping
+/// names can never wait for each other in a circle; when one cannot be had by the deadline,
+/// or fails, those taken already are given back before the call returns.
+///
+/// # Round trips
+///
+/// Names that share a hash slot — in a Redis Cluster, names that start with the same hash tag,
+/// such as `{order:42}:stock` and `{order:42}:payment` — sit next to each other in that order
+/// and are taken in one script, in one round trip: every free one up to the first that is
+/// held, as taking them in turn would. Only a held lock is waited for on its own. So a
+/// multi-lock over the names of one slot costs one round trip when they are free, on every
+/// deployment.
 ///
 /// # Examples
 ///
@@ -29,8 +57,8 @@ use crate::primitives::{Mutex, MutexGuard};
 /// ```
 #[derive(Clone)]
 pub struct MultiLock {
-    /// In the order they are taken.
-    locks: Vec<Mutex>,
+    /// In the order they are taken, with the hash slot of each.
+    locks: Vec<(u16, Mutex)>,
 }
 
 impl MultiLock {
@@ -53,17 +81,24 @@ impl MultiLock {
                 format!("the name {:?} is given twice", twice[0]),
             ));
         }
+        // By slot, then by name: one global order, with the names of one slot side by side.
+        let prefix = &ctx.config.key_prefix;
+        let mut slotted: Vec<(u16, String)> = names
+            .into_iter()
+            .map(|n| (slot_of(format!("{prefix}:{{{n}}}").as_bytes()), n))
+            .collect();
+        slotted.sort();
         Ok(MultiLock {
-            locks: names
-                .iter()
-                .map(|n| Mutex::new(Arc::clone(ctx), n))
+            locks: slotted
+                .into_iter()
+                .map(|(slot, n)| (slot, Mutex::new(Arc::clone(ctx), &n)))
                 .collect(),
         })
     }
 
     /// The names, in the order they are taken.
     pub fn names(&self) -> Vec<&str> {
-        self.locks.iter().map(Mutex::name).collect()
+        self.locks.iter().map(|(_, lock)| lock.name()).collect()
     }
 
     /// Blocks until every lock is held.
@@ -105,7 +140,21 @@ impl MultiLock {
 
     fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
         let mut guards = Vec::with_capacity(self.locks.len());
-        for lock in &self.locks {
+        while guards.len() < self.locks.len() {
+            let next = guards.len();
+            let run = self.same_slot_run(next);
+            if run.len() > 1 && self.may_take_together(run) {
+                let held_next = self.take_together(run, &mut guards)?;
+                if !held_next {
+                    continue;
+                }
+                if deadline.is_some_and(|d| d <= Instant::now()) {
+                    // Held, and no time to wait: give back what was taken (on drop).
+                    return Ok(None);
+                }
+            }
+            // Wait for the next lock on its own (or take it alone).
+            let lock = &self.locks[guards.len()].1;
             let taken = match deadline {
                 None => lock.lock().map(Some),
                 Some(d) => lock.try_lock_until(d),
@@ -118,6 +167,94 @@ impl MultiLock {
             }
         }
         Ok(Some(MultiLockGuard { guards }))
+    }
+
+    /// The locks from `start` on that share its hash slot.
+    fn same_slot_run(&self, start: usize) -> &[(u16, Mutex)] {
+        let slot = self.locks[start].0;
+        let len = self.locks[start..]
+            .iter()
+            .take_while(|(s, _)| *s == slot)
+            .count();
+        &self.locks[start..start + len]
+    }
+
+    /// Whether a run of locks may be taken in one script: not when the thread holds one of
+    /// them already (re-entry is taken without a round trip), nor when every acquire must be
+    /// acknowledged by replicas (the one-at-a-time path waits for that).
+    fn may_take_together(&self, run: &[(u16, Mutex)]) -> bool {
+        let ctx = &run[0].1.raw().ctx;
+        ctx.config.replica_acks.is_none() && run.iter().all(|(_, lock)| lock.hold_count() == 0)
+    }
+
+    /// One round trip that takes the locks of `run` in order, up to the first held one; their
+    /// guards are pushed to `guards`. Returns whether a lock of the run was found held (the
+    /// next to take, then).
+    fn take_together(&self, run: &[(u16, Mutex)], guards: &mut Vec<MutexGuard>) -> Result<bool> {
+        let first = run[0].1.raw();
+        let ctx = &first.ctx;
+        ctx.ensure_open()?;
+        // KEYS: each lock's key, fencing counter and waiters flag; ARGV: the lease, then each
+        // lock's token.
+        let mut keys_of = Vec::with_capacity(run.len());
+        let mut tokens = Vec::with_capacity(run.len());
+        let mut lease = Duration::ZERO;
+        for (_, lock) in run {
+            let (keys, lock_lease, token) = lock.raw().prepare_elsewhere()?;
+            keys_of.push(keys);
+            tokens.push(token);
+            lease = lease.max(lock_lease);
+        }
+        let mut call = ScriptCall::new(&ACQUIRE_TOGETHER).arg(millis(lease));
+        for (keys, token) in keys_of.iter().zip(&tokens) {
+            call = call
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiting)
+                .arg(&**token);
+        }
+        let route = &keys_of[0].lock;
+        let sent_at = Instant::now();
+        let reply = ctx.call_once(route, Doing::lock("acquiring", first.name()), |c| {
+            Counters::add(&ctx.counters.attempts, 1);
+            call.invoke::<Vec<i64>>(c)
+        });
+        let reply = match reply {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.outcome_unknown() {
+                    // Some of them may be ours without our knowing: have them given back.
+                    for ((_, lock), token) in run.iter().zip(&tokens) {
+                        lock.raw().give_back_later(token, sent_at);
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let taken = reply
+            .first()
+            .and_then(|&n| usize::try_from(n).ok())
+            .filter(|&n| n <= run.len() && reply.len() == n + 2)
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Server,
+                    format!("acquiring {:?}: unexpected reply {reply:?}", first.name()),
+                )
+            })?;
+        for (i, ((_, lock), token)) in run.iter().zip(&tokens).enumerate().take(taken) {
+            let fence = u64::try_from(reply[i + 2]).unwrap_or(0);
+            match lock.raw().adopt(token, fence, sent_at) {
+                Ok(guard) => guards.push(MutexGuard::new(guard)),
+                Err(e) => {
+                    // This one was given back by `adopt`; the rest of those taken go too.
+                    for ((_, rest), token) in run.iter().zip(&tokens).take(taken).skip(i + 1) {
+                        rest.raw().give_back_later(token, sent_at);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(taken < run.len())
     }
 }
 

@@ -106,6 +106,11 @@ impl Mutex {
         }
     }
 
+    /// The lock under this handle, for primitives made of `Mutex`es.
+    pub(crate) fn raw(&self) -> &RawLock {
+        &self.raw
+    }
+
     /// This handle, taking the lock for a fixed `lease` with no renewal.
     ///
     /// Use it for work with a known bound, where a holder that hangs must not keep the lock
@@ -263,8 +268,13 @@ pub(crate) fn protocol() -> &'static dyn Protocol {
     &PROTOCOL
 }
 
+/// `take_lock(lock, fence, waiting, token, lease)`: the acquire script's body, for scripts
+/// that take several locks (needs `ERRORS` and `FENCE`).
+pub(crate) const TAKE_LOCK: &str = include_str!("mutex/take.lua");
+
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| with_fence(include_str!("mutex/acquire.lua")));
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("mutex/acquire.lua")].concat()));
 
 /// Compare-and-delete, announced when someone waits: see `mutex/release.lua`.
 static RELEASE: LazyLock<Script> =

@@ -1,0 +1,35 @@
+-- Takes a lock if it is free: the body of `mutex/acquire.lua` (see there), as a function that
+-- scripts taking several locks call for each. Returns the script's reply (an error reply is a
+-- table with `err`). Needs errors.lua and fence.lua.
+local function take_lock(lock, fence, waiting, token, lease)
+  local previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
+  if type(previous) == 'table' and previous['err'] then
+    if is_type_error(previous) then
+      return redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
+    end
+    if string.sub(previous['err'], 1, 3) == 'OOM' then
+      -- Out of memory refuses even a SET NX that would not write: a held lock is still held
+      -- (its waiters flag cannot be set, so waiters recheck rather than hear the release).
+      local held_ttl = redis.pcall('PTTL', lock)
+      if type(held_ttl) == 'number' and held_ttl > 0 then
+        return {0, held_ttl}
+      end
+    end
+    return previous
+  end
+  if not previous or previous == token then
+    if previous then
+      -- Sent again after its reply was lost, and the first one took it: it is ours.
+      redis.call('PEXPIRE', lock, lease)
+    end
+    local fence, bad = take_fence(lock, fence)
+    if bad then return bad end
+    return {1, fence}
+  end
+  local ttl = redis.call('PTTL', lock)
+  if ttl < 0 then
+    return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
+  end
+  redis.call('SET', waiting, '1', 'PX', ttl + tonumber(lease))
+  return {0, ttl}
+end
