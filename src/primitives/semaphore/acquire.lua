@@ -10,15 +10,9 @@
 -- exist, `WRONGTYPE` when a key has the wrong type. Needs errors.lua, holder.lua and
 -- permits.lua.
 local now = now_ms()
-local permits, bad = permits_of(KEYS[1], ARGV[4])
-if bad then return bad end
-local used, wrong = in_use(KEYS[2], KEYS[3], now)
-if wrong then return wrong end
 local n = tonumber(ARGV[3])
-if n > permits then
-  return redis.error_reply('INVALIDARG asks for ' .. n .. ' permits of the ' .. permits ..
-    ' that exist')
-end
+local permits, used, bad = room_for(KEYS[1], KEYS[2], KEYS[3], ARGV[4], n, now)
+if bad then return bad end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or used + n <= permits then
   redis.call('HSET', KEYS[3], ARGV[1], n)
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])

@@ -15,15 +15,9 @@
 local now = now_ms()
 local live, asks, bad = live_waiters(KEYS[4], KEYS[5], KEYS[6], now)
 if bad then return bad end
-local permits, wrong_count = permits_of(KEYS[1], ARGV[4])
-if wrong_count then return wrong_count end
-local used, wrong = in_use(KEYS[2], KEYS[3], now)
-if wrong then return wrong end
 local n = tonumber(ARGV[3])
-if n > permits then
-  return redis.error_reply('INVALIDARG asks for ' .. n .. ' permits of the ' .. permits ..
-    ' that exist')
-end
+local permits, used, bad = room_for(KEYS[1], KEYS[2], KEYS[3], ARGV[4], n, now)
+if bad then return bad end
 local lease = tonumber(ARGV[2])
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then
   redis.call('ZADD', KEYS[2], now + lease, ARGV[1])

@@ -83,3 +83,17 @@ local function stored_permits(key)
   end
   return tonumber(stored)
 end
+-- For an acquire of `n` permits: how many exist (stored now from `wanted` when none is) and how
+-- many are in use; or nil, nil and an error when a key has the wrong type or `n` is more than
+-- exist (`INVALIDARG`).
+local function room_for(permits_key, holders, held, wanted, n, now)
+  local permits, bad = permits_of(permits_key, wanted)
+  if bad then return nil, nil, bad end
+  local used, wrong = in_use(holders, held, now)
+  if wrong then return nil, nil, wrong end
+  if n > permits then
+    return nil, nil, redis.error_reply('INVALIDARG asks for ' .. n .. ' permits of the ' ..
+      permits .. ' that exist')
+  end
+  return permits, used
+end
