@@ -16,9 +16,13 @@ use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
 use crate::keys;
 use crate::lease::LockContext;
+#[cfg(feature = "serde")]
+use crate::primitives::Shared;
 use crate::primitives::{FairMutex, MultiLock, Mutex, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
+#[cfg(feature = "serde")]
+use serde::{de::DeserializeOwned, Serialize};
 
 static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -192,6 +196,80 @@ impl Client {
         I::Item: AsRef<str>,
     {
         MultiLock::new(&self.shared, names)
+    }
+
+    /// A handle to the value called `name`, kept in Redis under a lock (see [`Shared`]); a
+    /// missing value starts as `T::default()`. Cheap; nothing is sent to Redis.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let mut next_id = client.shared::<u64>("next-invoice-id").lock()?;
+    /// *next_id += 1;
+    /// println!("invoice {}", *next_id);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn shared<T>(&self, name: impl AsRef<str>) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + Default + 'static,
+    {
+        Shared::new(
+            Arc::clone(&self.shared),
+            name.as_ref(),
+            Some(Arc::new(T::default)),
+        )
+    }
+
+    /// A handle to the value called `name`, as [`shared`](Client::shared) gives, whose
+    /// missing value starts as `initial`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let stock = client.shared_or("stock:sku-42", 100u64);
+    /// let left = stock.lock()?; // 100 the first time
+    /// # drop(left);
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn shared_or<T>(&self, name: impl AsRef<str>, initial: T) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        Shared::new(
+            Arc::clone(&self.shared),
+            name.as_ref(),
+            Some(Arc::new(move || initial.clone())),
+        )
+    }
+
+    /// A handle to the value called `name`, as [`shared`](Client::shared) gives, for which a
+    /// missing value is an [`ErrorKind::NoValue`](crate::ErrorKind::NoValue) error (the lock
+    /// released at once).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// match client.shared_existing::<String>("config:leader").lock() {
+    ///     Ok(leader) => println!("leader: {}", *leader),
+    ///     Err(e) if e.kind() == redmutex::ErrorKind::NoValue => println!("no leader yet"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn shared_existing<T>(&self, name: impl AsRef<str>) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + 'static,
+    {
+        Shared::new(Arc::clone(&self.shared), name.as_ref(), None)
     }
 
     /// Counters of what this client (and its clones) did so far; see [`Stats`].

@@ -98,6 +98,14 @@ pub enum ErrorKind {
     /// Fewer replicas than [`Builder::replica_acks`](crate::Builder::replica_acks) asks for
     /// acknowledged an acquire in time; the acquire was rolled back.
     NotReplicated,
+    /// A [`Shared`](crate::Shared) value stored in Redis does not decode into the handle's
+    /// type, or was written with another [`Codec`](crate::Codec) (or not by this crate). The
+    /// lock was released and nothing was written.
+    Decode,
+    /// A [`Shared`](crate::Shared) handle made with
+    /// [`Client::shared_existing`](crate::Client::shared_existing) found no value stored. The
+    /// lock was released and nothing was written.
+    NoValue,
 }
 
 impl ErrorKind {
@@ -113,6 +121,8 @@ impl ErrorKind {
             ErrorKind::Auth => "authentication or permission error",
             ErrorKind::Server => "error reply from redis",
             ErrorKind::NotReplicated => "not acknowledged by enough replicas",
+            ErrorKind::Decode => "stored value does not decode",
+            ErrorKind::NoValue => "no value stored",
         }
     }
 }

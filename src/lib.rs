@@ -93,6 +93,8 @@ pub use connection::{Address, IntoAddress};
 pub use error::{Error, ErrorKind, Result};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
+#[cfg(feature = "serde")]
+pub use primitives::{Codec, Shared, SharedGuard, MAX_VALUE_LEN};
 pub use primitives::{
     FairMutex, MultiLock, MultiLockGuard, Mutex, MutexGuard, Redlock, RedlockGuard, RedlockMutex,
     RwLock, RwLockReadGuard, RwLockWriteGuard, Semaphore, SemaphorePermit, MAX_PERMITS,

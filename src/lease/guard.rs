@@ -25,6 +25,9 @@ pub struct LeaseGuard {
     ctx: Arc<LockContext>,
     hold: Arc<Hold>,
     released: bool,
+    /// Bytes carried with the lock: the value that came with the acquire, then the value
+    /// the release is to write (a shared value); `None` for a plain lock.
+    payload: Option<Vec<u8>>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -34,6 +37,7 @@ impl LeaseGuard {
             ctx,
             hold,
             released: false,
+            payload: None,
             _not_send: PhantomData,
         }
     }
@@ -195,6 +199,8 @@ impl LeaseGuard {
             return Ok(());
         }
         if std::thread::panicking() {
+            // The value may be half-changed: it is not written.
+            self.payload = None;
             self.mark_poisoned();
         }
         if let Some(id) = self.hold.renewal_id {
@@ -237,9 +243,11 @@ impl LeaseGuard {
     }
 
     fn release_call(&self) -> ScriptCall {
-        self.hold
-            .protocol
-            .release(&self.hold.keys, &self.hold.token)
+        let (protocol, keys, token) = (self.hold.protocol, &self.hold.keys, &self.hold.token);
+        match &self.payload {
+            Some(bytes) => protocol.release_with(keys, token, bytes),
+            None => protocol.release(keys, token),
+        }
     }
 
     fn send_release(&self) -> Result<i64> {
@@ -265,6 +273,56 @@ impl LeaseGuard {
 
     fn doing(&self, action: &'static str) -> Doing<'_> {
         Doing::lock(action, &self.hold.name)
+    }
+}
+
+/// What a protocol that keeps a value under its lock (a shared value) uses of a guard.
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+impl LeaseGuard {
+    /// This guard, carrying the bytes that came with the acquire.
+    pub(crate) fn with_payload(mut self, payload: Option<Vec<u8>>) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// The bytes that came with the acquire (once).
+    pub(crate) fn take_payload(&mut self) -> Option<Vec<u8>> {
+        self.payload.take()
+    }
+
+    /// Has the release write `bytes` (through the protocol's `release_with`), fenced by the
+    /// holder's token; `None`: a plain release. A panicking thread's release never writes.
+    pub(crate) fn set_release_payload(&mut self, bytes: Option<Vec<u8>>) {
+        self.payload = bytes;
+    }
+
+    /// Runs a script call of the protocol that acts only while the lock holds this guard's
+    /// token (its reply: 1 when it did, 0 when the lock no longer held the token).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease was lost; connection and timeout errors.
+    pub(crate) fn run_while_held(&self, action: &'static str, call: &ScriptCall) -> Result<()> {
+        if let Some(reason) = self.hold.lease.lost_reason() {
+            return Err(self.lost(reason));
+        }
+        let done: i64 = self
+            .ctx
+            .call(&self.hold.lock_key, self.doing(action), |c| call.invoke(c))?;
+        match done {
+            1 => Ok(()),
+            _ => Err(self.lost(LostReason::Taken)),
+        }
+    }
+
+    /// The keys of this hold, for the protocol's calls.
+    pub(crate) fn keys(&self) -> &crate::keys::LockKeys {
+        &self.hold.keys
+    }
+
+    /// The token of this hold, for the protocol's calls.
+    pub(crate) fn token(&self) -> &str {
+        &self.hold.token
     }
 }
 

@@ -12,6 +12,7 @@ mod protocol;
 mod raw_lock;
 mod reentrancy;
 mod renewal;
+mod reply;
 pub(crate) mod scripts;
 mod state;
 

@@ -69,6 +69,13 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// Reply: 1 when released, 0 when the lock did not hold the token.
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall;
 
+    /// Releases the lock if it holds `token`, writing `value` under it in the same script (a
+    /// protocol that keeps a value under its lock). Reply as for [`release`](Self::release);
+    /// nothing is written when the lock did not hold the token. Defaults to `release`.
+    fn release_with(&self, keys: &LockKeys, token: &str, _value: &[u8]) -> ScriptCall {
+        self.release(keys, token)
+    }
+
     /// Releases the lock whoever holds it, and wakes whom the release concerns.
     /// Reply: 1 when a lock was there, 0 when not.
     fn force_release(&self, keys: &LockKeys) -> ScriptCall;

@@ -16,6 +16,7 @@ use crate::lease::hold::Hold;
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
+use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{self, Attempt, Subscription};
@@ -352,29 +353,43 @@ impl RawLock {
             let sent_at = Instant::now();
             let reply = ctx.call_once(&keys.lock, doing, |c| {
                 Counters::add(&ctx.counters.attempts, 1);
-                let (taken, value): (i64, i64) = call.invoke(c)?;
-                let acks = match taken {
+                let reply: AcquireReply = call.invoke(c)?;
+                let acks = match reply.taken {
                     1 => ctx.replica_acks(c)?,
                     _ => None,
                 };
-                Ok((taken, value, acks))
+                Ok((reply, acks))
             });
             return match reply {
-                Ok((1, _, Some(acks))) if ctx.too_few_acks(acks) => {
+                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
                     self.roll_back(keys, token, sent_at + lease);
                     Err(ctx.not_replicated(acks))
                 }
-                Ok((1, fencing_token, _)) => {
+                Ok((
+                    AcquireReply {
+                        taken: 1,
+                        value: fencing_token,
+                        payload,
+                    },
+                    _,
+                )) => {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
-                    self.acquired(keys, lease, token, fencing_token, sent_at)
-                        .map(Attempt::Acquired)
+                    let guard = self.acquired(keys, lease, token, fencing_token, sent_at)?;
+                    Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
-                Ok((0, wait_ms, _)) => Ok(Attempt::Held(Duration::from_millis(
+                Ok((
+                    AcquireReply {
+                        taken: 0,
+                        value: wait_ms,
+                        ..
+                    },
+                    _,
+                )) => Ok(Attempt::Held(Duration::from_millis(
                     u64::try_from(wait_ms).unwrap_or(0),
                 ))),
-                Ok(other) => Err(Error::new(
+                Ok((AcquireReply { taken, value, .. }, _)) => Err(Error::new(
                     ErrorKind::Server,
-                    format!("{doing}: unexpected reply {other:?} from the script"),
+                    format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
                 )),
                 Err(err) if err.outcome_unknown() => {
                     if err.is_connection() && !resent {

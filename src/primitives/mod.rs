@@ -8,6 +8,8 @@ mod mutex_guard;
 mod redlock;
 mod rw_lock;
 mod semaphore;
+#[cfg(feature = "serde")]
+mod shared;
 
 pub use fair_mutex::FairMutex;
 pub use multi_lock::{MultiLock, MultiLockGuard};
@@ -16,6 +18,8 @@ pub use mutex_guard::MutexGuard;
 pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
 pub use rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit, MAX_PERMITS};
+#[cfg(feature = "serde")]
+pub use shared::{Codec, Shared, SharedGuard, MAX_VALUE_LEN};
 
 #[cfg(test)]
 mod tests {
@@ -71,7 +75,8 @@ mod tests {
             .chain(super::redlock::scripts())
             .chain(super::rw_lock::scripts())
             .chain(super::semaphore::scripts())
-            .chain(super::multi_lock::scripts());
+            .chain(super::multi_lock::scripts())
+            .chain(super::shared::scripts());
         let mut loaded = 0;
         for (name, script) in scripts {
             if let Err(e) = script.load(&mut conn) {
@@ -79,7 +84,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 28);
+        assert_eq!(loaded, 31);
         drop(server);
     }
 }

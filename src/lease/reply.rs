@@ -1,0 +1,36 @@
+//! The reply of an acquire script: `{1, fencing token}` or `{0, milliseconds}`, and for a
+//! protocol that keeps a value under its lock, the value's stored bytes after them.
+
+use redis::{FromRedisValue, ParsingError, Value};
+
+/// One acquire attempt's reply.
+pub(crate) struct AcquireReply {
+    /// 1 when taken, 0 when not.
+    pub(crate) taken: i64,
+    /// The fencing token when taken, else how long to wait at most.
+    pub(crate) value: i64,
+    /// The bytes that came with the lock (a shared value), when the protocol sends any and
+    /// they exist.
+    pub(crate) payload: Option<Vec<u8>>,
+}
+
+impl FromRedisValue for AcquireReply {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let Value::Array(items) = v else {
+            return Err(format!("an acquire reply is an array, not {v:?}").into());
+        };
+        let mut items = items.into_iter();
+        let (Some(taken), Some(value)) = (items.next(), items.next()) else {
+            return Err("an acquire reply has at least two items".into());
+        };
+        let payload = match items.next() {
+            None | Some(Value::Nil) => None,
+            Some(bytes) => Some(Vec::<u8>::from_redis_value(bytes)?),
+        };
+        Ok(AcquireReply {
+            taken: i64::from_redis_value(taken)?,
+            value: i64::from_redis_value(value)?,
+            payload,
+        })
+    }
+}

@@ -1,0 +1,211 @@
+//! `SharedGuard<T>`: the value of a held [`Shared`](crate::Shared), written back with the
+//! release.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use serde::Serialize;
+
+use super::{commit_call, Codec};
+use crate::error::Result;
+use crate::lease::{LeaseGuard, LeaseWatch, PoisonInfo};
+
+/// The value of a held [`Shared`](crate::Shared): derefs to `T`. Dropping it writes the value
+/// back, when it changed, and releases the lock, in one round trip; a write whose lease was
+/// lost is refused (and logged), never applied over a newer holder's.
+///
+/// A failed release in `drop` is logged with `log::warn!` and never panics; call
+/// [`unlock`](SharedGuard::unlock) to see the error instead. A thread that panics while
+/// holding the guard writes nothing and leaves a poison record, as a [`MutexGuard`]
+/// (crate::MutexGuard) does. Not `Send`.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let counter = client.shared::<u64>("visits");
+/// let mut visits = counter.lock()?;
+/// *visits += 1;
+/// visits.unlock()?; // written and released; `LockLost` if the lease had run out
+/// # Ok(()) }
+/// ```
+#[must_use = "if unused the lock is released at once"]
+pub struct SharedGuard<T: Serialize> {
+    /// `None` once released by `unlock`.
+    inner: Option<LeaseGuard>,
+    value: T,
+    /// The bytes in Redis as this holder knows them (read with the lock, or last written).
+    stored: Option<Vec<u8>>,
+    /// Set by `DerefMut`: the value may differ from `stored`.
+    touched: bool,
+    codec: Codec,
+}
+
+impl<T: Serialize> SharedGuard<T> {
+    pub(crate) fn new(inner: LeaseGuard, value: T, stored: Option<Vec<u8>>, codec: Codec) -> Self {
+        SharedGuard {
+            inner: Some(inner),
+            value,
+            stored,
+            touched: false,
+            codec,
+        }
+    }
+
+    fn lease(&self) -> Option<&LeaseGuard> {
+        self.inner.as_ref()
+    }
+
+    /// The fencing token of this acquisition; see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token).
+    pub fn fencing_token(&self) -> u64 {
+        self.lease().map_or(0, LeaseGuard::fencing_token)
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        self.lease().map_or("", LeaseGuard::name)
+    }
+
+    /// Whether the lease is known to be lost, without a round trip; then the value will not
+    /// be written.
+    pub fn is_lost(&self) -> bool {
+        self.lease().is_none_or(LeaseGuard::is_lost)
+    }
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    pub fn lease_watch(&self) -> Option<LeaseWatch> {
+        self.lease().map(LeaseGuard::lease_watch)
+    }
+
+    /// The record left by a holder that panicked; see
+    /// [`MutexGuard::poison`](crate::MutexGuard::poison).
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors.
+    pub fn poison(&self) -> Result<Option<PoisonInfo>> {
+        match self.lease() {
+            Some(lease) => lease.poison(),
+            None => Ok(None),
+        }
+    }
+
+    /// Removes the poison record; see
+    /// [`MutexGuard::clear_poison`](crate::MutexGuard::clear_poison).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::clear_poison`](crate::MutexGuard::clear_poison).
+    pub fn clear_poison(&self) -> Result<bool> {
+        match self.lease() {
+            Some(lease) => lease.clear_poison(),
+            None => Ok(false),
+        }
+    }
+
+    /// Writes the value now, if it changed, and keeps holding the lock: a checkpoint for long
+    /// work. Fenced like the release: written only while the lock holds this holder's token.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lease was lost (nothing
+    /// written); [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when the
+    /// value cannot be encoded or is over [`MAX_VALUE_LEN`](crate::MAX_VALUE_LEN);
+    /// connection and timeout errors (the value may or may not have been written).
+    pub fn commit(&mut self) -> Result<()> {
+        let Some(bytes) = self.changed_bytes()? else {
+            return Ok(());
+        };
+        if let Some(lease) = &self.inner {
+            lease.run_while_held(
+                "writing the value of",
+                &commit_call(lease.keys(), lease.token(), &bytes),
+            )?;
+        }
+        self.stored = Some(bytes);
+        self.touched = false;
+        Ok(())
+    }
+
+    /// Writes the value (if it changed) and releases the lock now, and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lease had run out: the
+    /// value was not written. [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// when the value cannot be encoded or is too large: the lock is released without writing.
+    /// Connection and timeout errors, as for
+    /// [`MutexGuard::unlock`](crate::MutexGuard::unlock).
+    pub fn unlock(mut self) -> Result<()> {
+        let bytes = self.changed_bytes();
+        let Some(mut lease) = self.inner.take() else {
+            return Ok(());
+        };
+        match bytes {
+            Ok(bytes) => {
+                lease.set_release_payload(bytes);
+                lease.unlock()
+            }
+            Err(e) => {
+                drop(lease);
+                Err(e)
+            }
+        }
+    }
+
+    /// The bytes to write: `None` when the value is as stored.
+    fn changed_bytes(&self) -> Result<Option<Vec<u8>>> {
+        if !self.touched {
+            return Ok(None);
+        }
+        let bytes = self.codec.encode(&self.value)?;
+        Ok((self.stored.as_deref() != Some(&bytes[..])).then_some(bytes))
+    }
+}
+
+impl<T: Serialize> Deref for SharedGuard<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: Serialize> DerefMut for SharedGuard<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.touched = true;
+        &mut self.value
+    }
+}
+
+impl<T: Serialize> Drop for SharedGuard<T> {
+    fn drop(&mut self) {
+        // A panicking thread's lease guard releases without writing and records the panic.
+        if self.inner.is_none() || std::thread::panicking() {
+            return;
+        }
+        let bytes = self.changed_bytes();
+        if let Some(lease) = self.inner.as_mut() {
+            match bytes {
+                Ok(bytes) => lease.set_release_payload(bytes),
+                Err(e) => log::warn!(
+                    "redmutex: the value of {:?} is not written: {e}",
+                    lease.name()
+                ),
+            }
+        }
+    }
+}
+
+impl<T: Serialize + fmt::Debug> fmt::Debug for SharedGuard<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedGuard")
+            .field("name", &self.name())
+            .field("value", &self.value)
+            .field("fencing_token", &self.fencing_token())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
