@@ -1,7 +1,6 @@
 //! Stock deduction: several worker processes, each with several threads, sell from one stock
-//! counter under one `redmutex` lock until it is sold out. The counter is read and written
-//! with plain GET and SET — a race without the lock — and the demo checks that nothing was
-//! oversold.
+//! until it is sold out. The stock is a `Shared<u64>`: it comes with the lock and is written
+//! back with the release (`*left -= 1`), and the demo checks that nothing was oversold.
 //!
 //! ```text
 //! cargo run --release --example stock                  # starts its own redis-server
@@ -14,11 +13,10 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use redis::Commands;
-
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-const LOCK_NAME: &str = "stock:sku-42";
+/// The stock's name; each run adds its own suffix.
+const STOCK_NAME: &str = "stock:sku-42";
 
 struct Settings {
     processes: usize,
@@ -42,17 +40,12 @@ fn main() -> AnyResult<()> {
         }
     };
     println!("redis: {url}");
-    // Where the demo keeps its own stock counter: the same server, unless the locks go
-    // through a deployment (Sentinel) whose URL a plain connection cannot use.
-    let stock_url = std::env::var("STOCK_REDIS_URL").unwrap_or_else(|_| url.clone());
-
+    let client = redmutex::Client::open(url.as_str())?;
     let run = uuid::Uuid::new_v4().simple().to_string();
-    let stock_key = format!("demo:{run}:stock");
-    let mut conn = redis::Client::open(stock_url.as_str())?
-        .get_connection_with_timeout(Duration::from_secs(5))?;
-    let _: () = conn.set(&stock_key, settings.stock)?;
+    let name = format!("{STOCK_NAME}:{run}");
+    *client.shared::<u64>(&name).lock()? = settings.stock;
     println!(
-        "selling {} items with {} processes x {} threads under lock {LOCK_NAME:?}\n",
+        "selling {} items with {} processes x {} threads from Shared<u64> {name:?}\n",
         settings.stock, settings.processes, settings.threads
     );
 
@@ -64,8 +57,7 @@ fn main() -> AnyResult<()> {
             Command::new(&exe)
                 .args(["worker", &id.to_string(), &settings.threads.to_string()])
                 .env("REDIS_URL", &url)
-                .env("STOCK_REDIS_URL", &stock_url)
-                .env("DEMO_STOCK_KEY", &stock_key)
+                .env("DEMO_STOCK_NAME", &name)
                 .stdout(Stdio::piped())
                 .spawn()?,
         );
@@ -89,8 +81,9 @@ fn main() -> AnyResult<()> {
         }
     }
     let elapsed = started.elapsed();
-    let left: i64 = conn.get(&stock_key)?;
-    let _: () = conn.del(&stock_key)?;
+    let stock = client.shared_existing::<u64>(&name).lock()?;
+    let left = *stock;
+    stock.remove()?;
 
     println!("worker   sold  per thread            acquired  attempts  contended  avg wait");
     let mut total = WorkerReport::default();
@@ -162,16 +155,13 @@ fn parse_settings(args: &[String]) -> AnyResult<Settings> {
 fn worker(args: &[String]) -> AnyResult<()> {
     let threads: usize = args.get(1).ok_or("missing thread count")?.parse()?;
     let url = std::env::var("REDIS_URL")?;
-    let stock_url = std::env::var("STOCK_REDIS_URL").unwrap_or_else(|_| url.clone());
-    let stock_key = std::env::var("DEMO_STOCK_KEY")?;
+    let name = std::env::var("DEMO_STOCK_NAME")?;
     let client = redmutex::Client::open(url.as_str())?;
     let handles: Vec<_> = (0..threads)
         .map(|_| {
-            let client = client.clone();
-            let url = stock_url.clone();
-            let stock_key = stock_key.clone();
+            let stock = client.shared_existing::<u64>(&name);
             std::thread::spawn(move || -> Result<u64, String> {
-                sell_until_sold_out(&client, &url, &stock_key).map_err(|e| e.to_string())
+                sell_until_sold_out(&stock).map_err(|e| e.to_string())
             })
         })
         .collect();
@@ -197,20 +187,15 @@ fn worker(args: &[String]) -> AnyResult<()> {
     Ok(())
 }
 
-fn sell_until_sold_out(client: &redmutex::Client, url: &str, stock_key: &str) -> AnyResult<u64> {
-    let mut conn = redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(5))?;
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let stock = client.mutex(LOCK_NAME);
+fn sell_until_sold_out(stock: &redmutex::Shared<u64>) -> AnyResult<u64> {
     let mut sold = 0;
     loop {
-        let guard = stock.lock()?;
-        // A plain read-modify-write: only the lock keeps two sellers from selling one item.
-        let left: u64 = conn.get(stock_key)?;
-        if left == 0 {
+        let mut left = stock.lock()?; // the stock comes with the lock
+        if *left == 0 {
             return Ok(sold);
         }
-        let _: () = conn.set(stock_key, left - 1)?;
-        guard.unlock()?;
+        *left -= 1;
+        left.unlock()?; // written back with the release
         sold += 1;
     }
 }

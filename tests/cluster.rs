@@ -408,6 +408,23 @@ fn every_primitive_works_with_names_on_every_shard() {
             .is_none());
         drop(two);
         assert_eq!(sem.available().unwrap(), 2);
+        // A shared value lives in its lock's slot: both keys in one script.
+        *client
+            .shared::<u64>(format!("value-{name}"))
+            .lock()
+            .unwrap() += 5;
+        let mut v = other.shared::<u64>(format!("value-{name}")).lock().unwrap();
+        assert_eq!(*v, 5);
+        *v += 1;
+        v.commit().unwrap();
+        v.unlock().unwrap();
+        assert_eq!(
+            *client
+                .shared_existing::<u64>(format!("value-{name}"))
+                .lock()
+                .unwrap(),
+            6
+        );
         // A fair semaphore's waiter is woken on its client's channel, on the name's shard.
         let one = client
             .fair_semaphore(format!("fair-{name}"), 1)

@@ -287,6 +287,11 @@ fn a_missing_value_is_the_default_the_initial_value_or_an_error() {
     assert!(c.mutex("fresh").try_lock().unwrap().is_some());
     *c.shared_or("fresh", 100u64).lock().unwrap() -= 1;
     assert_eq!(*c.shared_existing::<u64>("fresh").lock().unwrap(), 99);
+    // Removed with the release: gone, and the lock free.
+    c.shared::<u64>("fresh").lock().unwrap().remove().unwrap();
+    assert_eq!(raw_get(&server, "redmutex:{fresh}:value"), None);
+    let err = c.shared_existing::<u64>("fresh").lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoValue, "{err}");
 }
 
 #[test]

@@ -16,8 +16,8 @@ use crate::lease::{LeaseGuard, LeaseWatch, PoisonInfo};
 ///
 /// A failed release in `drop` is logged with `log::warn!` and never panics; call
 /// [`unlock`](SharedGuard::unlock) to see the error instead. A thread that panics while
-/// holding the guard writes nothing and leaves a poison record, as a [`MutexGuard`]
-/// (crate::MutexGuard) does. Not `Send`.
+/// holding the guard writes nothing and leaves a poison record, as a
+/// [`MutexGuard`](crate::MutexGuard) does. Not `Send`.
 ///
 /// # Examples
 ///
@@ -153,6 +153,23 @@ impl<T: Serialize> SharedGuard<T> {
                 Err(e)
             }
         }
+    }
+
+    /// Removes the value from Redis and releases the lock, in one round trip, fenced like the
+    /// release: the next holder finds no value (its handle's default, or
+    /// [`ErrorKind::NoValue`](crate::ErrorKind::NoValue)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`unlock`](SharedGuard::unlock): `LockLost` when the lease had run out (nothing
+    /// removed).
+    pub fn remove(mut self) -> Result<()> {
+        let Some(mut lease) = self.inner.take() else {
+            return Ok(());
+        };
+        // Empty bytes: the release script removes the value (a stored value is never empty).
+        lease.set_release_payload(Some(Vec::new()));
+        lease.unlock()
     }
 
     /// The bytes to write: `None` when the value is as stored.
