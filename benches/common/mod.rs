@@ -19,6 +19,7 @@ return 0
 pub const ACQUIRE_LUA: &str = concat!(
     include_str!("../../src/lease/lua/errors.lua"),
     include_str!("../../src/lease/lua/fence.lua"),
+    include_str!("../../src/primitives/mutex/take.lua"),
     include_str!("../../src/primitives/mutex/acquire.lua"),
 );
 
