@@ -12,6 +12,7 @@ mod harness;
 use std::process::Command;
 
 use harness::faults::Fault;
+use harness::LockKind;
 use std::time::Duration;
 
 const ENTRY: &str = "fault_injection_worker_entry";
@@ -30,8 +31,8 @@ static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// The faults on the lock's servers only, none on its holders.
 const SERVER_FAULTS: &[Fault] = &[Fault::LoseMaster, Fault::KillConnections, Fault::SleepRedis];
 
-fn run(fair: bool, topology: harness::Topology) {
-    let outcome = run_with(fair, topology, &Fault::ALL, true);
+fn run(kind: LockKind, topology: harness::Topology) -> harness::Outcome {
+    let outcome = run_with(kind, topology, &Fault::ALL, true);
     let f = &outcome.findings;
     // The faults bit: some holder learnt its lease was lost, had a write refused, or saw a
     // release or an acquire fail (Redis restarting refuses connections at once).
@@ -44,12 +45,13 @@ fn run(fair: bool, topology: harness::Topology) {
         f.lost_before_write + f.unlock_lost + f.stale_writes_rejected + failed_calls > 0,
         "no fault was ever noticed; the faults did not bite"
     );
+    outcome
 }
 
 /// Runs the harness; asserts that the faults happened, that the workers worked through
 /// them, and that no guarantee broke.
 fn run_with(
-    fair: bool,
+    kind: LockKind,
     topology: harness::Topology,
     faults: &'static [Fault],
     delayed_restart: bool,
@@ -58,7 +60,7 @@ fn run_with(
     let config = harness::Config {
         processes: 6,
         threads: 4,
-        fair,
+        kind,
         topology,
         faults,
         delayed_restart,
@@ -92,37 +94,65 @@ fn run_with(
 
 #[test]
 fn mutex_keeps_its_guarantees_under_faults() {
-    run(false, harness::Topology::Standalone);
+    run(LockKind::Mutex, harness::Topology::Standalone);
 }
 
 #[test]
 fn fair_mutex_keeps_its_guarantees_under_faults() {
-    run(true, harness::Topology::Standalone);
+    run(LockKind::FairMutex, harness::Topology::Standalone);
+}
+
+/// The value under a `Shared<u64>` is the fenced resource: every hold adds one, and the
+/// chain of reads shows that no update was lost or applied twice beyond what a lost master
+/// or a release of unknown outcome explains.
+#[test]
+fn shared_value_keeps_its_guarantees_under_faults() {
+    let outcome = run(LockKind::Shared, harness::Topology::Standalone);
+    let f = &outcome.findings;
+    assert!(f.value_updates > 100, "{}", outcome.summary());
+    assert_eq!(f.value_chain_breaks, 0, "{}", outcome.summary());
+}
+
+/// The same on a Cluster, where a failover may also lose the last writes.
+#[test]
+fn shared_value_keeps_its_guarantees_under_faults_on_a_cluster() {
+    let outcome = run(LockKind::Shared, harness::Topology::Cluster);
+    assert_eq!(
+        outcome.findings.value_chain_breaks,
+        0,
+        "{}",
+        outcome.summary()
+    );
 }
 
 /// Failovers among the faults: the master of the lock is promoted away from.
 #[test]
 fn mutex_keeps_its_guarantees_under_faults_on_sentinel() {
-    run(false, harness::Topology::Sentinel);
+    run(LockKind::Mutex, harness::Topology::Sentinel);
 }
 
 #[test]
 fn mutex_keeps_its_guarantees_under_faults_on_a_cluster() {
-    run(false, harness::Topology::Cluster);
+    run(LockKind::Mutex, harness::Topology::Cluster);
 }
 
 /// Three independent instances; the lost master is one instance restarted empty after one
 /// lease (the delayed-restart rule).
 #[test]
 fn redlock_keeps_its_guarantees_under_faults() {
-    run(false, harness::Topology::Redlock);
+    run(LockKind::Mutex, harness::Topology::Redlock);
 }
 
 /// Faults on the instances only (restarts after one lease, killed connections, stalls): a
 /// minority is lost at a time, so no two holds overlap at all.
 #[test]
 fn redlock_with_delayed_restarts_never_overlaps() {
-    let outcome = run_with(false, harness::Topology::Redlock, SERVER_FAULTS, true);
+    let outcome = run_with(
+        LockKind::Mutex,
+        harness::Topology::Redlock,
+        SERVER_FAULTS,
+        true,
+    );
     assert_eq!(
         outcome.findings.overlapping_pairs,
         0,
@@ -136,7 +166,12 @@ fn redlock_with_delayed_restarts_never_overlaps() {
 /// the fencing check or told to its holder (the checker's rule).
 #[test]
 fn redlock_restarted_at_once_has_every_overlap_caught() {
-    let outcome = run_with(false, harness::Topology::Redlock, SERVER_FAULTS, false);
+    let outcome = run_with(
+        LockKind::Mutex,
+        harness::Topology::Redlock,
+        SERVER_FAULTS,
+        false,
+    );
     let f = &outcome.findings;
     assert_eq!(
         f.stale_holds,

@@ -13,6 +13,7 @@
 //! ```text
 //! cargo run --release --example fault_injection                   # 20 rounds of 5 faults
 //! cargo run --release --example fault_injection -- --fair --rounds 100 --processes 8
+//! cargo run --release --example fault_injection -- --shared   # the value is the resource
 //! cargo run --release --example fault_injection -- --deployment cluster   # or sentinel, redlock
 //! cargo run --release --example fault_injection -- --deployment redlock --restart-at-once
 //! ```
@@ -68,7 +69,7 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
     let mut config = Config {
         processes: 6,
         threads: 4,
-        fair: false,
+        kind: harness::LockKind::Mutex,
         topology: harness::Topology::Standalone,
         faults: &harness::faults::Fault::ALL,
         delayed_restart: true,
@@ -81,7 +82,11 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
     let mut it = args.into_iter();
     while let Some(flag) = it.next() {
         if flag == "--fair" {
-            config.fair = true;
+            config.kind = harness::LockKind::FairMutex;
+            continue;
+        }
+        if flag == "--shared" {
+            config.kind = harness::LockKind::Shared;
             continue;
         }
         if flag == "--restart-at-once" {
@@ -108,6 +113,9 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
     }
     if config.processes < 2 || config.threads == 0 {
         return Err("--processes must be at least 2 and --threads at least 1".into());
+    }
+    if config.kind != harness::LockKind::Mutex && config.topology == harness::Topology::Redlock {
+        return Err("--fair and --shared do not apply to a Redlock".into());
     }
     if config.lease < Duration::from_millis(100) {
         return Err("--lease-ms must be at least 100".into());

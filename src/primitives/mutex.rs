@@ -272,6 +272,19 @@ pub(crate) fn protocol() -> &'static dyn Protocol {
 /// that take several locks (needs `ERRORS` and `FENCE`).
 pub(crate) const TAKE_LOCK: &str = include_str!("mutex/take.lua");
 
+/// A call of `script` with the keys (lock, fencing counter, waiters flag) and arguments
+/// (token, lease) of a `Mutex`'s acquire, for the scripts built on `take_lock`; a script that
+/// needs more adds its keys after these.
+pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
+    let keys = call.keys;
+    ScriptCall::new(script)
+        .key(&keys.lock)
+        .key(&keys.fence)
+        .key(&keys.waiting)
+        .arg(call.token)
+        .arg(call.lease_ms())
+}
+
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("mutex/acquire.lua")].concat()));
@@ -294,13 +307,7 @@ impl Protocol for MutexProtocol {
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
-        let keys = call.keys;
-        ScriptCall::new(&ACQUIRE)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.waiting)
-            .arg(call.token)
-            .arg(call.lease_ms())
+        acquire_call(&ACQUIRE, call)
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {

@@ -77,14 +77,7 @@ impl Protocol for SharedProtocol {
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
-        let keys = call.keys;
-        ScriptCall::new(&ACQUIRE)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.waiting)
-            .key(value_key(keys))
-            .arg(call.token)
-            .arg(call.lease_ms())
+        mutex::acquire_call(&ACQUIRE, call).key(value_key(call.keys))
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {

@@ -10,7 +10,7 @@ use super::history::{self, Findings};
 use super::resource::{Resource, ResourceKeys};
 use super::servers::RedisProcess;
 use super::worker::WorkerSpec;
-use super::{AnyResult, Config};
+use super::{AnyResult, Config, LockKind};
 
 /// How a worker process ended.
 #[derive(Debug)]
@@ -147,7 +147,7 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
             resource_url: resource_redis.url(),
             run,
             threads: config.threads,
-            fair: config.fair,
+            kind: config.kind,
             lease: config.lease,
         },
         list: Vec::new(),
@@ -159,10 +159,11 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
         "{} processes x {} threads on one {} with a {:?} lease, on {}",
         config.processes,
         config.threads,
-        match (config.topology, config.fair) {
+        match (config.topology, config.kind) {
             (super::Topology::Redlock, _) => "Redlock",
-            (_, true) => "FairMutex",
-            (_, false) => "Mutex",
+            (_, LockKind::FairMutex) => "FairMutex",
+            (_, LockKind::Shared) => "Shared<u64>",
+            (_, LockKind::Mutex) => "Mutex",
         },
         config.lease,
         config.topology.name()
@@ -186,6 +187,11 @@ pub fn run(config: &Config, spawn: &dyn Fn() -> Command) -> AnyResult<Outcome> {
     std::thread::sleep(config.quiet);
 
     let processes = workers.stop(Duration::from_secs(60));
+    if config.kind == LockKind::Shared && config.topology != super::Topology::Redlock {
+        // The value as it ended, read under the lock: the last link of the chain.
+        let value = super::worker::final_shared_value(&lock_redis.url(), config.lease)?;
+        resource.note(&["Z", &value.to_string()])?;
+    }
     let findings = history::check(&resource.history()?);
     Ok(Outcome {
         findings,

@@ -3,6 +3,12 @@
 //!
 //! A hold spans from its `B` event to its last `W` or `E` event, in the resource's order. Two
 //! holds overlap when their spans interleave: the resource saw two holders at once.
+//!
+//! In a run on a `Shared<u64>`, a hold also records the value it read (`V`), and writes one
+//! more with its release; the driver records the value left at the end (`Z`). A release that
+//! succeeded held the lock throughout, so the reads of those holds form a chain: each reads
+//! what the one before wrote, plus at most one for each hold in between whose release had an
+//! unknown outcome. Only a lost master (a restart, a failover) may break the chain.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -15,6 +21,8 @@ struct Hold {
     lost: bool,
     /// What `unlock()` said: `ok`, `lost`, an error kind, or `None` when the process died.
     unlock: Option<String>,
+    /// The shared value read with the lock, and where the `V` event is.
+    read: Option<(usize, u64)>,
 }
 
 impl Hold {
@@ -65,6 +73,17 @@ pub struct Findings {
     pub threads_done: HashMap<usize, u64>,
     /// Lines that could not be read.
     pub malformed: Vec<String>,
+    /// Shared-value runs: holds that read the value.
+    pub value_reads: u64,
+    /// Shared-value runs: holds whose release (and so their update) certainly went through.
+    pub value_updates: u64,
+    /// Shared-value reads off the chain after a lost master: explained by the fault.
+    pub value_resets_explained: u64,
+    /// Shared-value reads (or the final value) off the chain with no fault to explain them:
+    /// an update lost or applied twice.
+    pub value_chain_breaks: u64,
+    /// The first few breaks, for people.
+    pub value_chain_examples: Vec<String>,
 }
 
 fn process_of(worker: &str) -> Option<usize> {
@@ -99,6 +118,7 @@ pub fn check(lines: &[String]) -> Findings {
                     rejected: false,
                     lost: false,
                     unlock: None,
+                    read: None,
                 });
                 if let (Some(q), Some(p)) = (quiet_from, process_of(fields[2])) {
                     if i > q {
@@ -146,6 +166,13 @@ pub fn check(lines: &[String]) -> Findings {
                     other => *f.unlock_errors.entry(other.to_owned()).or_default() += 1,
                 }
             }
+            ("V", Some(t)) if fields.len() == 4 => {
+                match (by_key.get(&key(t)), fields[3].parse::<u64>()) {
+                    (Some(&h), Ok(value)) => holds[h].read = Some((i, value)),
+                    _ => f.malformed.push(line.clone()),
+                }
+            }
+            ("Z", _) if fields.len() == 2 && fields[1].parse::<u64>().is_ok() => {}
             ("A", _) if fields.len() == 3 => {
                 *f.acquire_errors.entry(fields[2].to_owned()).or_default() += 1;
             }
@@ -166,7 +193,103 @@ pub fn check(lines: &[String]) -> Findings {
 
     check_overlaps(&holds, &mut f);
     check_fence_order(&holds, &mut f);
+    check_value_chain(lines, &holds, &mut f);
     f
+}
+
+/// What became of a shared-value hold's update.
+#[derive(Clone, Copy, PartialEq)]
+enum Update {
+    Applied,
+    NotApplied,
+    Unknown,
+}
+
+/// The chain of a shared value's reads (see the module's documentation).
+fn check_value_chain(lines: &[String], holds: &[Hold], f: &mut Findings) {
+    // The events that matter, in the resource's order: reads, lost masters, the end.
+    enum Event {
+        Read(u64, Update),
+        LoseMaster { start: bool },
+        Final(u64),
+    }
+    let mut events: Vec<(usize, Event)> = Vec::new();
+    for hold in holds {
+        if let Some((at, value)) = hold.read {
+            let update = match hold.unlock.as_deref() {
+                Some("ok") => Update::Applied,
+                Some("lost") => Update::NotApplied,
+                _ => Update::Unknown,
+            };
+            events.push((at, Event::Read(value, update)));
+        }
+    }
+    for (i, line) in lines.iter().enumerate() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        match fields.as_slice() {
+            ["F", edge, "lose-master", ..] => {
+                events.push((
+                    i,
+                    Event::LoseMaster {
+                        start: *edge == "start",
+                    },
+                ));
+            }
+            ["Z", value] => {
+                if let Ok(v) = value.parse() {
+                    events.push((i, Event::Final(v)));
+                }
+            }
+            _ => {}
+        }
+    }
+    if events.is_empty() {
+        return;
+    }
+    events.sort_by_key(|(at, _)| *at);
+    // What the last certain update wrote (the value starts absent: 0), how many updates of
+    // unknown outcome came after it, and whether a master was lost since.
+    let (mut last, mut unknown, mut reset, mut losing) = (0u64, 0u64, false, false);
+    // Whether `value` is on the chain; off it, it is explained by a lost master or a break.
+    let on_chain =
+        |value: u64, at: usize, f: &mut Findings, (last, unknown, reset): (u64, u64, bool)| {
+            if value >= last && value <= last + unknown {
+                return;
+            }
+            if reset {
+                f.value_resets_explained += 1;
+            } else {
+                f.value_chain_breaks += 1;
+                if f.value_chain_examples.len() < 5 {
+                    f.value_chain_examples.push(format!(
+                        "line {at}: read {value}, expected {last}..={}",
+                        last + unknown
+                    ));
+                }
+            }
+        };
+    for (at, event) in events {
+        match event {
+            Event::LoseMaster { start } => {
+                losing = start;
+                reset = true;
+            }
+            Event::Read(value, update) => {
+                f.value_reads += 1;
+                match update {
+                    Update::Applied => {
+                        f.value_updates += 1;
+                        on_chain(value, at, f, (last, unknown, reset));
+                        (last, unknown) = (value + 1, 0);
+                        reset = losing;
+                    }
+                    Update::Unknown => unknown += 1,
+                    Update::NotApplied => {}
+                }
+            }
+            Event::Final(value) => on_chain(value, at, f, (last, unknown, reset)),
+        }
+    }
 }
 
 /// Every pair of interleaving spans; the hold with the lower token of a pair is stale, and
@@ -232,6 +355,51 @@ mod tests {
         assert_eq!(f.stale_writes_rejected, 1);
         assert_eq!(f.accepted_out_of_order, 0);
         assert_eq!(f.fence_order_violations, 0);
+    }
+
+    #[test]
+    fn a_shared_values_chain_with_an_unknown_update_and_a_lost_master() {
+        let f = check(&lines(
+            "B 1 0.0 1
+             V 1 0.0 0
+             E 1 0.0
+             R 1 0.0 0 ok
+             B 2 1.0 2
+             V 2 1.0 1
+             E 2 1.0
+             R 2 1.0 0 Timeout
+             B 3 0.1 1
+             V 3 0.1 2
+             E 3 0.1
+             R 3 0.1 0 ok
+             F start lose-master master
+             F end lose-master master
+             B 4 1.1 2
+             V 4 1.1 0
+             E 4 1.1
+             R 4 1.1 0 ok
+             Z 1",
+        ));
+        assert_eq!(f.value_reads, 4);
+        assert_eq!(f.value_updates, 3);
+        assert_eq!(f.value_resets_explained, 1);
+        assert_eq!(f.value_chain_breaks, 0);
+    }
+
+    #[test]
+    fn an_update_lost_or_applied_twice_breaks_the_chain() {
+        let f = check(&lines(
+            "B 1 0.0 1
+             V 1 0.0 0
+             E 1 0.0
+             R 1 0.0 0 ok
+             B 2 1.0 2
+             V 2 1.0 0
+             E 2 1.0
+             R 2 1.0 0 ok
+             Z 3",
+        ));
+        assert_eq!(f.value_chain_breaks, 2, "{:?}", f.value_chain_examples);
     }
 
     #[test]

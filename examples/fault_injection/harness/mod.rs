@@ -19,12 +19,37 @@ pub use worker::run_if_worker;
 /// The error type of the harness: anything, with a message.
 pub type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
+/// What the workers take (a `Redlock` topology always takes a `RedlockMutex`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    Mutex,
+    FairMutex,
+    /// A `Shared<u64>` that every hold adds one to: the value is a fenced resource too.
+    Shared,
+}
+
+impl LockKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockKind::Mutex => "mutex",
+            LockKind::FairMutex => "fair",
+            LockKind::Shared => "shared",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<LockKind> {
+        [LockKind::Mutex, LockKind::FairMutex, LockKind::Shared]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
 /// The shape of a run.
 pub struct Config {
     pub processes: usize,
     pub threads: usize,
-    /// `FairMutex` instead of `Mutex`.
-    pub fair: bool,
+    /// What the workers take.
+    pub kind: LockKind,
     /// What the lock's Redis is.
     pub topology: Topology,
     /// The kinds of fault to inject (each round injects each once, in a random order).
@@ -66,6 +91,12 @@ impl Outcome {
                 "{} of {} stale holds went on without learning of it",
                 f.stale_holds - f.stale_holds_detected,
                 f.stale_holds
+            ));
+        }
+        if f.value_chain_breaks > 0 {
+            v.push(format!(
+                "{} shared-value reads not explained by the updates before them: {:?}",
+                f.value_chain_breaks, f.value_chain_examples
             ));
         }
         if f.fence_order_violations > 0 {
@@ -145,6 +176,20 @@ impl Outcome {
             "fence order violations (must be 0)",
             f.fence_order_violations.to_string(),
         );
+        if f.value_reads > 0 {
+            line(
+                "shared value: reads, updates applied",
+                format!("{}, {}", f.value_reads, f.value_updates),
+            );
+            line(
+                "shared value: resets after a lost master",
+                f.value_resets_explained.to_string(),
+            );
+            line(
+                "shared value: reads unexplained (must be 0)",
+                f.value_chain_breaks.to_string(),
+            );
+        }
         s
     }
 }

@@ -87,6 +87,12 @@ impl Resource {
             .map(drop)
     }
 
+    /// The value a hold of the shared value read with the lock (it writes one more).
+    pub fn read(&mut self, token: u64, worker: &str, value: u64) -> AnyResult<()> {
+        self.event(&["V", &token.to_string(), worker, &value.to_string()])
+            .map(drop)
+    }
+
     /// The end of a hold (sent before the unlock).
     pub fn end(&mut self, token: u64, worker: &str) -> AnyResult<()> {
         self.event(&["E", &token.to_string(), worker]).map(drop)
@@ -99,7 +105,8 @@ impl Resource {
             .map(drop)
     }
 
-    /// Any other event: `A` (acquire error), `D` (thread done), `F` (fault).
+    /// Any other event: `A` (acquire error), `D` (thread done), `F` (fault), `Q` (quiet from
+    /// here), `Z` (the shared value at the end).
     pub fn note(&mut self, fields: &[&str]) -> AnyResult<()> {
         self.event(fields).map(drop)
     }

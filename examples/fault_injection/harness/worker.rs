@@ -1,7 +1,8 @@
 //! A worker process: `threads` threads that take one lock over and over and, while holding
 //! it, write to the fenced resource. Even threads check `is_lost()` before every write; odd
 //! threads are careless and rely on the fencing token alone. Every thread stops writing at the
-//! first rejected write and records what `unlock()` says.
+//! first rejected write and records what `unlock()` says. Taking a `Shared<u64>`, each hold
+//! also records the value it read and adds one to it, written with the release.
 //!
 //! The process runs until its standard input closes, so it never outlives the driver.
 
@@ -10,17 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redmutex::{Client, MutexGuard, Redlock, RedlockGuard};
+use redmutex::{Client, MutexGuard, Redlock, RedlockGuard, Shared, SharedGuard};
 
 use super::resource::{Resource, ResourceKeys};
-use super::AnyResult;
+use super::{AnyResult, LockKind};
 
 const ROLE: &str = "REDMUTEX_FAULTS_WORKER";
 const LOCK_URL: &str = "REDMUTEX_FAULTS_LOCK_URL";
 const RESOURCE_URL: &str = "REDMUTEX_FAULTS_RESOURCE_URL";
 const RUN: &str = "REDMUTEX_FAULTS_RUN";
 const THREADS: &str = "REDMUTEX_FAULTS_THREADS";
-const FAIR: &str = "REDMUTEX_FAULTS_FAIR";
+const KIND: &str = "REDMUTEX_FAULTS_KIND";
 const LEASE_MS: &str = "REDMUTEX_FAULTS_LEASE_MS";
 const REPLICA_ACKS: &str = "REDMUTEX_FAULTS_REPLICA_ACKS";
 const REDLOCK: &str = "REDMUTEX_FAULTS_REDLOCK";
@@ -37,7 +38,7 @@ pub struct WorkerSpec {
     pub resource_url: String,
     pub run: String,
     pub threads: usize,
-    pub fair: bool,
+    pub kind: LockKind,
     pub lease: Duration,
     /// Replicas that must acknowledge each acquire (0: none).
     pub replica_acks: u32,
@@ -53,7 +54,7 @@ impl WorkerSpec {
             .env(RESOURCE_URL, &self.resource_url)
             .env(RUN, &self.run)
             .env(THREADS, self.threads.to_string())
-            .env(FAIR, if self.fair { "1" } else { "0" })
+            .env(KIND, self.kind.name())
             .env(LEASE_MS, self.lease.as_millis().to_string())
             .env(REPLICA_ACKS, self.replica_acks.to_string())
             .env(REDLOCK, if self.redlock { "1" } else { "0" });
@@ -70,7 +71,7 @@ impl WorkerSpec {
             resource_url: var(RESOURCE_URL)?,
             run: var(RUN)?,
             threads: var(THREADS)?.parse()?,
-            fair: var(FAIR)? == "1",
+            kind: LockKind::from_name(&var(KIND)?).ok_or("unknown lock kind")?,
             lease: Duration::from_millis(var(LEASE_MS)?.parse()?),
             replica_acks: var(REPLICA_ACKS)?.parse()?,
             redlock: var(REDLOCK)? == "1",
@@ -91,12 +92,14 @@ enum Lock {
     Plain(redmutex::Mutex),
     Fair(redmutex::FairMutex),
     Redlock(redmutex::RedlockMutex),
+    Shared(Shared<u64>),
 }
 
 /// A held lock of any kind.
 enum Guard {
     Mutex(MutexGuard),
     Redlock(RedlockGuard),
+    Shared(SharedGuard<u64>),
 }
 
 impl Lock {
@@ -105,6 +108,7 @@ impl Lock {
             Lock::Plain(m) => m.try_lock_for(timeout)?.map(Guard::Mutex),
             Lock::Fair(m) => m.try_lock_for(timeout)?.map(Guard::Mutex),
             Lock::Redlock(m) => m.try_lock_for(timeout)?.map(Guard::Redlock),
+            Lock::Shared(v) => v.try_lock_for(timeout)?.map(Guard::Shared),
         })
     }
 }
@@ -114,6 +118,7 @@ impl Guard {
         match self {
             Guard::Mutex(g) => g.fencing_token(),
             Guard::Redlock(g) => g.fencing_token(),
+            Guard::Shared(g) => g.fencing_token(),
         }
     }
 
@@ -121,6 +126,7 @@ impl Guard {
         match self {
             Guard::Mutex(g) => g.is_lost(),
             Guard::Redlock(g) => g.is_lost(),
+            Guard::Shared(g) => g.is_lost(),
         }
     }
 
@@ -128,6 +134,7 @@ impl Guard {
         match self {
             Guard::Mutex(g) => g.unlock(),
             Guard::Redlock(g) => g.unlock(),
+            Guard::Shared(g) => g.unlock(),
         }
     }
 }
@@ -168,8 +175,11 @@ fn run(spec: WorkerSpec) -> AnyResult<()> {
             let worker = format!("{}.{t}", spec.index);
             let lock = match &redlock {
                 Some(redlock) => Lock::Redlock(redlock.mutex(LOCK_NAME)),
-                None if spec.fair => Lock::Fair(client.fair_mutex(LOCK_NAME)),
-                None => Lock::Plain(client.mutex(LOCK_NAME)),
+                None => match spec.kind {
+                    LockKind::FairMutex => Lock::Fair(client.fair_mutex(LOCK_NAME)),
+                    LockKind::Shared => Lock::Shared(client.shared(LOCK_NAME)),
+                    LockKind::Mutex => Lock::Plain(client.mutex(LOCK_NAME)),
+                },
             };
             let resource = Resource::connect(&spec.resource_url, keys.clone());
             let stop = Arc::clone(&stop);
@@ -226,9 +236,13 @@ fn work(
 }
 
 /// One hold: begin, up to three fenced writes with a little work before each, end, unlock.
-fn hold(worker: &str, careful: bool, guard: Guard, resource: &mut Resource) -> AnyResult<()> {
+fn hold(worker: &str, careful: bool, mut guard: Guard, resource: &mut Resource) -> AnyResult<()> {
     let token = guard.fencing_token();
     resource.begin(token, worker)?;
+    if let Guard::Shared(value) = &mut guard {
+        resource.read(token, worker, **value)?;
+        **value += 1;
+    }
     let mut lost = false;
     for _ in 0..WRITES_PER_HOLD {
         std::thread::sleep(Duration::from_millis(fastrand::u64(1..4)));
@@ -247,4 +261,20 @@ fn hold(worker: &str, careful: bool, guard: Guard, resource: &mut Resource) -> A
         Err(e) => format!("{:?}", e.kind()),
     };
     resource.outcome(token, worker, lost, &unlock)
+}
+
+/// The shared value as the run left it, read under its lock (the workers have stopped).
+pub fn final_shared_value(lock_url: &str, lease: Duration) -> AnyResult<u64> {
+    let client = Client::builder()
+        .default_lease(lease)
+        .connect_timeout(Duration::from_secs(5))
+        .open(lock_url)?;
+    let value = client
+        .shared::<u64>(LOCK_NAME)
+        .try_lock_for(Duration::from_secs(30))?
+        .ok_or("the shared value stayed locked after the workers stopped")?;
+    let read = *value;
+    drop(value);
+    client.shutdown();
+    Ok(read)
 }
