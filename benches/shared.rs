@@ -1,8 +1,8 @@
 //! `Shared<T>` beside `Mutex`: what carrying a value with the lock costs.
 //!
-//! 1. Lock + change one field + unlock of a `Shared<Order>` (an order of about 1 KiB) beside
-//!    a `Mutex` lock + unlock on the same connection pool, in interleaved turns: cycles per
-//!    second and their ratio, per round.
+//! 1. Lock + change one field + unlock of a `Shared<Order>` (an order of about 1 KiB), and
+//!    of a `Shared<u64>`, beside a `Mutex` lock + unlock on the same connection pool, in
+//!    interleaved turns: cycles per second and their ratios, per round.
 //! 2. The codecs on the same value: the `Shared` cycle with MessagePack and with JSON, in
 //!    interleaved turns, and the bytes each stores.
 //!
@@ -66,6 +66,15 @@ fn shared_cycle(client: &Client, name: &'static str, codec: Codec) -> Cycle<'sta
     })
 }
 
+fn small_cycle(client: &Client) -> Cycle<'static> {
+    let value = client.shared::<u64>("counter");
+    Box::new(move || {
+        let mut v = value.lock().expect("lock");
+        *v += 1;
+        v.unlock().expect("unlock");
+    })
+}
+
 fn mutex_cycle(client: &Client) -> Cycle<'static> {
     let m = client.mutex("bench-mutex");
     Box::new(move || m.lock().expect("lock").unlock().expect("unlock"))
@@ -93,17 +102,21 @@ fn main() {
 
     // 1. Shared<Order> beside Mutex.
     let (mut shared, mut mutex, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut small, mut small_ratio) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let rates = interleaved_rates(
             time,
             &mut [
                 shared_cycle(&client, "order", Codec::MessagePack),
                 mutex_cycle(&client),
+                small_cycle(&client),
             ],
         );
         shared.push(rates[0]);
         mutex.push(rates[1]);
+        small.push(rates[2]);
         ratio.push(rates[0] / rates[1]);
+        small_ratio.push(rates[2] / rates[1]);
     }
     let bytes = stored_len(&server, "order");
     println!("1 thread, {rounds} rounds of {time:?}; the order is {bytes} bytes stored");
@@ -112,10 +125,14 @@ fn main() {
         spread(shared.clone()),
     );
     common::print_rate("Mutex lock + unlock", spread(mutex.clone()));
-    common::print_ratio("Shared / Mutex", spread(ratio.clone()));
+    common::print_rate("Shared<u64> lock + add + unlock", spread(small.clone()));
+    common::print_ratio("Shared<Order> / Mutex", spread(ratio.clone()));
+    common::print_ratio("Shared<u64> / Mutex", spread(small_ratio.clone()));
     json.spread("shared_per_sec", spread(shared))
         .spread("mutex_per_sec", spread(mutex))
-        .spread("shared_to_mutex", spread(ratio));
+        .spread("shared_to_mutex", spread(ratio))
+        .spread("small_per_sec", spread(small))
+        .spread("small_to_mutex", spread(small_ratio));
 
     // 2. The codecs.
     let (mut mp, mut js, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
