@@ -20,7 +20,7 @@ struct Ledger {
 }
 
 /// Add-ones per thread, on each of the two values.
-const ADDS: u64 = 250;
+const ADDS: u64 = 1_000;
 
 /// The entry point of the worker processes; does nothing in a normal test run.
 #[test]
