@@ -14,6 +14,8 @@ use crate::connection::{
 #[cfg(feature = "tls")]
 use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
+use crate::identity;
+use crate::inspect::{self, LockInfo};
 use crate::keys;
 use crate::lease::LockContext;
 #[cfg(feature = "serde")]
@@ -272,6 +274,64 @@ impl Client {
         Shared::new(Arc::clone(&self.shared), name.as_ref(), None)
     }
 
+    /// The names of the locks (of every kind) that hold keys in Redis now and match
+    /// `pattern`, a glob over names (`*`, `?`, `[…]`), sorted. Reads with `SCAN` on every
+    /// server, never `KEYS`; a name whose only key left is its fencing counter (used before,
+    /// free now) is not listed.
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// for name in client.lock_names("orders:*")? {
+    ///     let info = client.lock_info(&name)?;
+    ///     println!("{name}: held {}", info.is_held());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_names(&self, pattern: &str) -> Result<Vec<String>> {
+        inspect::lock_names(
+            &self.shared.connections,
+            &self.shared.config.key_prefix,
+            pattern,
+        )
+    }
+
+    /// Everything Redis says about the lock `name` now, of whatever kind: its holder or
+    /// holders with their clients' announcements ([`Builder::client_name`], host, process),
+    /// how long their leases have left, the fencing counter, the queue and the waiting
+    /// clients. Takes nothing; a few round trips.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a bad name;
+    /// connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let info = client.lock_info("orders:42")?;
+    /// if let Some(holder) = &info.holder {
+    ///     let who = holder.client.as_ref().map_or("an unknown client", |c| c.name.as_str());
+    ///     println!("held by {who}, thread {}", holder.thread);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_info(&self, name: &str) -> Result<LockInfo> {
+        inspect::lock_info(
+            &self.shared.connections,
+            &self.shared.config.key_prefix,
+            name,
+        )
+    }
+
     /// Counters of what this client (and its clones) did so far; see [`Stats`].
     pub fn stats(&self) -> Stats {
         self.shared.stats()
@@ -359,6 +419,7 @@ pub struct Builder {
     replica_acks: Option<(u32, Duration)>,
     /// Credentials for the sentinels, when not those of the data nodes.
     sentinel_auth: Option<(Option<String>, Option<String>)>,
+    client_name: Option<String>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -379,6 +440,7 @@ impl Builder {
             default_lease: Duration::from_secs(30),
             renewal_interval: None,
             key_prefix: "redmutex".to_owned(),
+            client_name: None,
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
             replica_acks: None,
@@ -419,6 +481,28 @@ impl Builder {
     /// Defaults to 30 seconds. Must be at least 1 ms and at most [`MAX_LEASE`](crate::MAX_LEASE).
     pub fn default_lease(mut self, lease: Duration) -> Self {
         self.default_lease = lease;
+        self
+    }
+
+    /// The name this client announces, beside its host, process id and start time, so that
+    /// whoever looks at a lock (`redmutex list`, [`Client::lock_info`]) sees who holds it.
+    ///
+    /// Defaults to the program's name. The announcement is a hash at `P:client:<client id>`,
+    /// kept alive by the renewal thread (one `PEXPIRE` per renewal period) from the first
+    /// lock held on, and gone within a lease after the process died; nothing is added to an
+    /// acquire or a release.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder()
+    ///     .client_name("billing-worker")
+    ///     .open("redis://127.0.0.1/")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
         self
     }
 
@@ -584,6 +668,10 @@ impl Builder {
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
             replica_acks: self.replica_acks,
+            client_name: self
+                .client_name
+                .clone()
+                .unwrap_or_else(identity::program_name),
         })
     }
 

@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) backoff_cap: Duration,
     /// Replicas that must acknowledge an acquire, and how long to wait for them.
     pub(crate) replica_acks: Option<(u32, Duration)>,
+    /// The name this client announces (see `identity`).
+    pub(crate) client_name: String,
 }
 
 /// Checks a lease: at least 1 ms, at most [`MAX_LEASE`].

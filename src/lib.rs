@@ -80,6 +80,8 @@ mod config;
 mod connection;
 mod error;
 mod fast_hash;
+mod identity;
+mod inspect;
 mod keys;
 mod lease;
 mod primitives;
@@ -91,6 +93,7 @@ pub use client::{Builder, Client};
 pub use config::MAX_LEASE;
 pub use connection::{Address, IntoAddress};
 pub use error::{Error, ErrorKind, Result};
+pub use inspect::{ClientInfo, HolderInfo, LockInfo};
 pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
 #[cfg(feature = "serde")]

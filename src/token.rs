@@ -1,6 +1,9 @@
-//! Holder tokens: `<client uuid>:<thread id>:<sequence>`, unique per acquisition.
+//! Holder tokens: `<client uuid>:<thread id>:<sequence>:<unix ms>`, unique per acquisition;
+//! the last field is when the acquire call began, by the client's clock, for people who look
+//! at a lock (`redmutex show`), never for a decision.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -34,7 +37,10 @@ impl TokenSource {
 
     pub(crate) fn next(&self) -> String {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{}:{}", self.client_uuid, thread_id(), seq)
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("{}:{}:{seq}:{ms}", self.client_uuid, thread_id())
     }
 }
 

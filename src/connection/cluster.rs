@@ -265,6 +265,13 @@ impl Cluster {
 }
 
 impl Deployment for Cluster {
+    fn shards(&self) -> usize {
+        if self.map.read().shards.is_empty() {
+            self.refresh();
+        }
+        self.map.read().shards.len()
+    }
+
     fn shard_of(&self, route: &str) -> usize {
         let slot = usize::from(slot_of(route.as_bytes()));
         if self.map.read().shards.is_empty() {

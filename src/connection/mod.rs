@@ -92,6 +92,11 @@ pub(crate) trait Deployment: Send + Sync {
     /// slot map); `generation` changes if it changed.
     fn refresh_routes(&self) {}
 
+    /// How many shards there are now (shards are `0..shards()`): one but for a Cluster.
+    fn shards(&self) -> usize {
+        1
+    }
+
     /// Where a call that failed with `err` goes next, when the server redirected it (a
     /// Cluster's `MOVED` and `ASK`). Called after `call_failed`.
     fn redirect(&self, _err: &Error) -> Option<Redirect> {
@@ -202,6 +207,27 @@ impl Connections {
                 _ => return result,
             }
         }
+    }
+
+    /// How many shards (servers holding keys) there are now.
+    pub(crate) fn shards(&self) -> usize {
+        self.deployment.shards()
+    }
+
+    /// Runs one call on the server of `shard` (a command about the server, not about one
+    /// lock: `SCAN`), without redirections.
+    pub(crate) fn call_shard<T>(
+        &self,
+        shard: usize,
+        doing: Doing<'_>,
+        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        let mut conn = self.deployment.checkout(shard, doing)?;
+        let result = conn.call(doing, &f);
+        if let Err(e) = &result {
+            self.deployment.call_failed(shard, e);
+        }
+        result
     }
 
     /// Runs script calls grouped by server, one pipelined round trip per server, and returns

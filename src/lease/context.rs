@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::config::Config;
 use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::identity::Identity;
 use crate::lease::cleanup::Cleanup;
 use crate::lease::renewal::Renewal;
 use crate::stats::{Background, Counters, Stats};
@@ -41,6 +42,12 @@ impl LockContext {
     ) -> Self {
         let counters = Arc::new(Counters::default());
         let wake_prefix = format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid());
+        let identity = Identity::new(
+            &config.key_prefix,
+            tokens.client_uuid(),
+            &config.client_name,
+            config.default_lease,
+        );
         LockContext {
             id,
             renewal: Renewal::new(
@@ -48,6 +55,7 @@ impl LockContext {
                 config.renewal_interval,
                 config.default_lease,
                 Arc::clone(&counters),
+                identity,
             ),
             subscriber: Subscriber::new(Arc::clone(&connections), wake_prefix),
             config,

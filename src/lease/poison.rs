@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PoisonInfo {
-    /// The holder's token (`<client id>:<thread>:<sequence>`).
+    /// The holder's token (`<client id>:<thread>:<sequence>:<unix ms>`).
     pub holder: String,
     /// The holder's process id.
     pub process_id: u32,

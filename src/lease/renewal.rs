@@ -15,6 +15,7 @@ use parking_lot::Mutex;
 use crate::connection::{Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::fast_hash::FastHashMap;
+use crate::identity::Identity;
 use crate::keys::LockKeys;
 use crate::lease::cleanup::{Cleanup, Cleanups, Outcome};
 use crate::lease::protocol::Protocol;
@@ -120,6 +121,8 @@ struct Shared {
     batches: AtomicU64,
     busy_nanos: AtomicU64,
     counters: Arc<Counters>,
+    /// Who this client is, announced while the thread runs.
+    identity: Identity,
 }
 
 /// The client's side of the renewal thread.
@@ -137,6 +140,7 @@ impl Renewal {
         interval: Duration,
         lease: Duration,
         counters: Arc<Counters>,
+        identity: Identity,
     ) -> Self {
         Renewal {
             shared: Arc::new(Shared {
@@ -149,6 +153,7 @@ impl Renewal {
                 batches: AtomicU64::new(0),
                 busy_nanos: AtomicU64::new(0),
                 counters,
+                identity,
             }),
             next_id: AtomicU64::new(1),
             worker: Mutex::new(None),
@@ -268,6 +273,7 @@ struct RenewalThread {
 impl RenewalThread {
     fn run(self) {
         let s = &*self.shared;
+        self.announce(true);
         let mut next_tick = Instant::now() + s.interval;
         loop {
             let now = Instant::now();
@@ -286,6 +292,7 @@ impl RenewalThread {
             if Instant::now() >= next_tick {
                 next_tick += s.interval;
                 self.renew_all();
+                self.announce(false);
                 let now = Instant::now();
                 if next_tick < now {
                     // Renewal took longer than an interval: start the next one from now.
@@ -293,6 +300,31 @@ impl RenewalThread {
                 }
             }
             self.run_cleanups();
+        }
+    }
+
+    /// Keeps this client's announcement alive for a lease past the next tick (one `PEXPIRE`),
+    /// or writes it whole when it is new or Redis lost it. Best effort: a failure is logged.
+    fn announce(&self, first: bool) {
+        let s = &*self.shared;
+        let identity = &s.identity;
+        let ttl = s.lease + s.interval;
+        let doing = Doing::work("announcing this client");
+        let kept = match first {
+            true => Ok(false),
+            false => s.connections.call(&identity.key, doing, |c| {
+                identity.keep(ttl).query::<i64>(c).map(|n| n == 1)
+            }),
+        };
+        let result = match kept {
+            Ok(true) => Ok(()),
+            Ok(false) => s.connections.call(&identity.key, doing, |c| {
+                identity.announce(ttl).query::<()>(c)
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}");
         }
     }
 

@@ -21,9 +21,9 @@ local function expire_readers(readers, now)
   end
 end
 -- Whether `holder` was taken by the same thread of the same client as `token`
--- (`<client>:<thread>:<sequence>`): a writer taking read, a downgrade.
+-- (`<client>:<thread>:<sequence>:<ms>`): a writer taking read, a downgrade.
 local function same_thread(holder, token)
-  local prefix = string.match(token, '^(.*:)')
+  local prefix = string.match(token, '^([^:]*:[^:]*:)')
   return holder and prefix and string.sub(holder, 1, #prefix) == prefix
 end
 -- Marks that someone waits for `ttl_ms` plus a lease, so that releases announce themselves.

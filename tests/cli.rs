@@ -1,0 +1,157 @@
+//! The `redmutex` command against a real `redis-server`, with locks held by another process:
+//! `list`, `show`, `watch`, `unlock` (with and without confirmation), `--json`, and the exit
+//! status of each failure.
+
+#![cfg(feature = "cli")]
+
+mod support;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use redmutex::Client;
+use support::RedisServer;
+
+const ENTRY: &str = "cli_holder_entry";
+
+/// A process that holds `orders:42` (and reads `config`) until its standard input closes,
+/// announcing itself as `billing-worker`.
+#[test]
+fn cli_holder_entry() {
+    let Some((_, url, _)) = support::worker_role() else {
+        return;
+    };
+    let client = Client::builder()
+        .client_name("billing-worker")
+        .open(url.as_str())
+        .unwrap();
+    let held = client.mutex("orders:42").lock().unwrap();
+    let read = client.rwlock("config").read().unwrap();
+    println!("HOLDING {}", held.fencing_token());
+    std::thread::sleep(Duration::from_secs(60));
+    drop((held, read));
+}
+
+fn redmutex(server: &RedisServer, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redmutex"))
+        .arg("--url")
+        .arg(server.url())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn a_held_lock_is_listed_shown_and_unlocked_with_its_holder_named() {
+    let server = RedisServer::start();
+    let mut holder = support::spawn_worker(ENTRY, "holder", &server.url(), "");
+    let fence: u64 = support::read_marker(&mut holder, "HOLDING")
+        .parse()
+        .unwrap();
+    let pid = holder.id();
+
+    let list = redmutex(&server, &["list"], "");
+    assert!(list.status.success(), "{list:?}");
+    let table = text(&list);
+    println!("{table}");
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("orders:42"))
+        .unwrap_or_else(|| panic!("no row for orders:42 in\n{table}"));
+    assert!(row.contains("billing-worker"), "{row}");
+    assert!(row.contains(&format!("pid {pid}")), "{row}");
+    assert!(row.contains(&fence.to_string()), "{row}");
+    assert!(table.lines().any(|l| l.starts_with("config")), "{table}");
+
+    let show = redmutex(&server, &["--json", "show", "orders:42"], "");
+    assert!(show.status.success(), "{show:?}");
+    let json: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(json["holder"]["client"]["name"], "billing-worker");
+    assert_eq!(json["holder"]["client"]["pid"], pid);
+    assert_eq!(json["fencing_counter"], fence);
+    assert!(json["holder"]["lease_left_ms"].as_u64().unwrap() > 0);
+
+    // Not confirmed: nothing happens.
+    let no = redmutex(&server, &["unlock", "orders:42"], "n\n");
+    assert_eq!(no.status.code(), Some(5), "{no:?}");
+    assert!(String::from_utf8_lossy(&no.stderr).contains("billing-worker"));
+    let other = Client::open(server.url()).unwrap();
+    assert!(other.mutex("orders:42").try_lock().unwrap().is_none());
+
+    // Confirmed: unlocked, and it says who held it.
+    let yes = redmutex(&server, &["unlock", "orders:42", "--yes"], "");
+    assert!(yes.status.success(), "{yes:?}");
+    assert!(text(&yes).contains("billing-worker"), "{}", text(&yes));
+    assert!(other.mutex("orders:42").try_lock().unwrap().is_some());
+
+    // Nothing left to unlock; readers are not unlocked.
+    let again = redmutex(&server, &["unlock", "orders:42", "--yes"], "");
+    assert_eq!(again.status.code(), Some(4), "{again:?}");
+    let readers = redmutex(&server, &["unlock", "config", "--yes"], "");
+    assert_eq!(readers.status.code(), Some(4), "{readers:?}");
+    drop(holder.stdin.take());
+    let _ = holder.kill();
+    let _ = holder.wait();
+}
+
+#[test]
+fn watch_prints_acquires_and_releases_as_they_happen() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let taker = std::thread::spawn(move || {
+        let client = Client::builder()
+            .client_name("nightly-report")
+            .open(url.as_str())
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        let g = client.mutex("reports").lock().unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        g.unlock().unwrap();
+    });
+    let out = redmutex(&server, &["watch", "reports", "--for", "3"], "");
+    taker.join().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let lines = text(&out);
+    let acquired = lines.find("acquired: by nightly-report");
+    let released = lines.find("released");
+    assert!(
+        acquired.is_some() && released > acquired,
+        "watch printed:\n{lines}"
+    );
+}
+
+#[test]
+fn failures_have_their_own_exit_status_and_never_print_the_password() {
+    let server = RedisServer::start();
+    let bad = redmutex(&server, &["frobnicate"], "");
+    assert_eq!(bad.status.code(), Some(2), "{bad:?}");
+    let port = support::free_port();
+    let out = Command::new(env!("CARGO_BIN_EXE_redmutex"))
+        .args([
+            "--url",
+            &format!("redis://user:s3cret-pw@127.0.0.1:{port}/"),
+            "list",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains("s3cret-pw"), "{all}");
+    assert!(!all.is_empty());
+}
