@@ -8,10 +8,12 @@
 //! cargo run --release --example stock -- --processes 6 --threads 8 --stock 5000
 //! ```
 
+#[path = "support/local_redis.rs"]
+mod local_redis;
+
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -32,13 +34,7 @@ fn main() -> AnyResult<()> {
     let settings = parse_settings(&args[1..])?;
 
     // Use REDIS_URL when given, else a private redis-server on a free port.
-    let (url, _server) = match std::env::var("REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = LocalRedis::start()?;
-            (server.url(), Some(server))
-        }
-    };
+    let (url, _server) = local_redis::url_or_start()?;
     println!("redis: {url}");
     let client = redmutex::Client::open(url.as_str())?;
     let run = uuid::Uuid::new_v4().simple().to_string();
@@ -232,51 +228,5 @@ impl WorkerReport {
         self.attempts += r.attempts;
         self.contended += r.contended;
         self.wait_ms += r.wait_ms;
-    }
-}
-
-/// A redis-server of the demo's own on a free loopback port, killed when dropped.
-struct LocalRedis {
-    port: u16,
-    child: Child,
-    dir: std::path::PathBuf,
-}
-
-impl LocalRedis {
-    fn start() -> AnyResult<Self> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = std::env::temp_dir().join(format!("redmutex-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start redis-server (install it, or set REDIS_URL): {e}")
-            })?;
-        let server = LocalRedis { port, child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                return Err("redis-server did not start within 10 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for LocalRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

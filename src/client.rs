@@ -488,9 +488,10 @@ impl Builder {
     /// whoever looks at a lock (`redmutex list`, [`Client::lock_info`]) sees who holds it.
     ///
     /// Defaults to the program's name. The announcement is a hash at `P:client:<client id>`,
-    /// kept alive by the renewal thread (one `PEXPIRE` per renewal period) from the first
-    /// lock held on, and gone within a lease after the process died; nothing is added to an
-    /// acquire or a release.
+    /// written by the renewal thread half a second after the client's first lock (or one
+    /// renewal interval, if shorter), kept alive with one `PEXPIRE` per renewal period, and
+    /// gone within a lease after the process died; nothing is added to an acquire or a
+    /// release.
     ///
     /// # Examples
     ///

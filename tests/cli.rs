@@ -61,6 +61,12 @@ fn a_held_lock_is_listed_shown_and_unlocked_with_its_holder_named() {
         .parse()
         .unwrap();
     let pid = holder.id();
+    // The holder announces itself within half a second of its first lock.
+    let observer = Client::open(server.url()).unwrap();
+    assert!(support::eventually(Duration::from_secs(30), || {
+        let info = observer.lock_info("orders:42").unwrap();
+        info.holder.and_then(|h| h.client).is_some()
+    }));
 
     let list = redmutex(&server, &["list"], "");
     assert!(list.status.success(), "{list:?}");
@@ -115,12 +121,14 @@ fn watch_prints_acquires_and_releases_as_they_happen() {
             .client_name("nightly-report")
             .open(url.as_str())
             .unwrap();
-        std::thread::sleep(Duration::from_millis(800));
+        // Its first lock makes it announce itself, within half a second.
+        drop(client.mutex("warm-up").lock().unwrap());
+        std::thread::sleep(Duration::from_millis(1200));
         let g = client.mutex("reports").lock().unwrap();
         std::thread::sleep(Duration::from_millis(800));
         g.unlock().unwrap();
     });
-    let out = redmutex(&server, &["watch", "reports", "--for", "3"], "");
+    let out = redmutex(&server, &["watch", "reports", "--for", "4"], "");
     taker.join().unwrap();
     assert!(out.status.success(), "{out:?}");
     let lines = text(&out);

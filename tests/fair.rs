@@ -69,8 +69,9 @@ fn order(server: &RedisServer) -> Vec<usize> {
     v.iter().map(|s| s.parse().unwrap()).collect()
 }
 
+/// The keys of locks left in Redis (not the clients' announcements).
 fn keys_left(server: &RedisServer) -> Vec<String> {
-    let mut keys: Vec<String> = server.conn().keys("redmutex:*").unwrap();
+    let mut keys: Vec<String> = server.conn().keys("redmutex:{*").unwrap();
     keys.sort();
     keys
 }

@@ -28,7 +28,7 @@ const SECRETS: [&str; 3] = [ACL_PASSWORD, REQUIREPASS, WRONG_PASSWORD];
 /// for the default key prefix.
 const LOCK_COMMANDS: &str = "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire \
      +time +type +spublish +ssubscribe +sunsubscribe +lindex +llen +lpop +rpush +lrem +zadd \
-     +zrem +zscore +zmscore +wait";
+     +zrem +zscore +zmscore +hset +wait";
 
 // ---------------------------------------------------------------------------------------
 // Log capture, for every test of this file: a logger that keeps every record at every level.
@@ -117,12 +117,13 @@ fn try_lock_error(client: &Client, name: &str) -> Error {
     .expect_err("the acquire should have failed")
 }
 
-/// Every key in the server, sorted.
+/// Every key in the server but the clients' announcements (`redmutex:client:…`), sorted.
 fn all_keys(server: &RedisServer) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS")
         .arg("*")
         .query(&mut server.conn())
         .expect("KEYS");
+    keys.retain(|k| !k.starts_with("redmutex:client:"));
     keys.sort();
     keys
 }

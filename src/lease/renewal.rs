@@ -25,6 +25,10 @@ use crate::stats::Counters;
 /// How often pending clean-ups are tried again.
 const CLEANUP_RETRY: Duration = Duration::from_millis(200);
 
+/// How long after the thread starts the client first announces itself (at most; sooner when
+/// the renewal interval is shorter).
+const FIRST_ANNOUNCEMENT: Duration = Duration::from_millis(500);
+
 /// How many renewals go in one pipelined round trip.
 pub(crate) const BATCH_SIZE: usize = 1000;
 
@@ -273,13 +277,18 @@ struct RenewalThread {
 impl RenewalThread {
     fn run(self) {
         let s = &*self.shared;
-        self.announce(true);
         let mut next_tick = Instant::now() + s.interval;
+        // The client announces itself soon after its first lock (not at once: the thread
+        // starts beside that lock's first call), then keeps the announcement alive each tick.
+        let mut first_announcement = Some(Instant::now() + s.interval.min(FIRST_ANNOUNCEMENT));
         loop {
             let now = Instant::now();
             let mut until = next_tick;
             if !s.cleanups.is_empty() {
                 until = until.min(now + CLEANUP_RETRY);
+            }
+            if let Some(at) = first_announcement {
+                until = until.min(at);
             }
             match self.wake.recv_timeout(until.saturating_duration_since(now)) {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
@@ -289,10 +298,16 @@ impl RenewalThread {
                     return;
                 }
             }
+            if first_announcement.is_some_and(|at| Instant::now() >= at) {
+                first_announcement = None;
+                self.announce(true);
+            }
             if Instant::now() >= next_tick {
                 next_tick += s.interval;
                 self.renew_all();
-                self.announce(false);
+                if first_announcement.is_none() {
+                    self.announce(false);
+                }
                 let now = Instant::now();
                 if next_tick < now {
                     // Renewal took longer than an interval: start the next one from now.

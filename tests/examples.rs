@@ -1,0 +1,69 @@
+//! The examples run as a user would run them, each against its own `redis-server`, and
+//! check themselves: the stock demo sells out with nothing oversold, the fleet's job runs
+//! exactly once, and no ID is handed out twice.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The built example `name` (`cargo test --all-targets` builds the examples; built here when
+/// missing).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target directory")
+        .join("examples");
+    let path = dir.join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let status = Command::new(cargo)
+            .args(["build", "--example", name])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "cannot build example {name}");
+    }
+    path
+}
+
+fn run(name: &str, args: &[&str], ok_line: &str) {
+    let out = Command::new(example(name))
+        .args(args)
+        .env_remove("REDIS_URL")
+        .output()
+        .expect("run the example");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(ok_line), "{name} printed:\n{stdout}");
+}
+
+#[test]
+fn the_stock_demo_sells_out_without_overselling() {
+    run(
+        "stock",
+        &["--processes", "3", "--threads", "3", "--stock", "300"],
+        "OK: sold out, nothing oversold",
+    );
+}
+
+#[test]
+fn the_fleets_job_runs_exactly_once() {
+    run(
+        "run_once",
+        &["--instances", "6"],
+        "OK: the job ran exactly once",
+    );
+}
+
+#[test]
+fn the_id_allocator_never_hands_out_an_id_twice() {
+    run(
+        "id_allocator",
+        &["--processes", "3", "--ids", "500"],
+        "OK: no ID twice",
+    );
+}
