@@ -82,17 +82,31 @@ fn main() {
     let mut ratios = Vec::new();
     let mut scripts_only = Vec::new();
     let mut reentrant = Vec::new();
-    let mut variants = [
+    let mut variants = vec![
         raw_cycle(server.conn(), "raw-lock"),
         mutex_cycle(&client),
         crate_scripts_cycle(server.conn(), "l"),
     ];
+    // With the `metrics` feature, `client` records metrics (with no recorder installed):
+    // beside it, a client that records none, in the same turns.
+    #[cfg(feature = "metrics")]
+    let quiet = Client::builder()
+        .pool_size(1)
+        .metrics(None)
+        .open(server.url())
+        .expect("client");
+    #[cfg(feature = "metrics")]
+    variants.push(mutex_cycle(&quiet));
+    let mut metrics_ratios = Vec::new();
     for _ in 0..mode.rounds {
         let rates = interleaved_rates(mode.round_time, &mut variants);
         raw.push(rates[0]);
         ours.push(rates[1]);
         ratios.push(rates[1] / rates[0]);
         scripts_only.push(rates[2]);
+        if let Some(without) = rates.get(3) {
+            metrics_ratios.push(rates[1] / without);
+        }
         reentrant.push(reentry_rate(&client, mode.round_time / 4));
     }
     let stats = client.stats();
@@ -116,6 +130,16 @@ fn main() {
     println!("  raw loop with the crate's scripts {sc_med:>8.0} /s  [{sc_lo:.0} .. {sc_hi:.0}]");
     println!("  re-entrant lock + drop        {re_med:>12.0} /s  [{re_lo:.0} .. {re_hi:.0}]");
     println!("  acquire attempts per lock     {trips_per_cycle:>12.3}");
+    let metrics_line = match metrics_ratios.is_empty() {
+        true => String::new(),
+        false => {
+            let (m, lo, hi) = median_and_spread(metrics_ratios);
+            println!("  metrics on (no recorder) / off {m:>11.3}     [{lo:.3} .. {hi:.3}]");
+            format!(
+                ",\n  \"metrics_on_to_off\": {{\"median\": {m:.4}, \"min\": {lo:.4}, \"max\": {hi:.4}}}"
+            )
+        }
+    };
 
     let json = format!(
         concat!(
@@ -127,7 +151,7 @@ fn main() {
             "  \"mutex_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
             "  \"ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
             "  \"raw_with_crate_scripts_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
-            "  \"reentry_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}}\n",
+            "  \"reentry_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}}{}\n",
             "}}\n"
         ),
         mode.rounds,
@@ -146,7 +170,8 @@ fn main() {
         sc_hi,
         re_med,
         re_lo,
-        re_hi
+        re_hi,
+        metrics_line
     );
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
     if mode.measuring && std::fs::create_dir_all(&dir).is_ok() {

@@ -14,6 +14,7 @@ use crate::connection::{
 #[cfg(feature = "tls")]
 use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
+use crate::events::{EventHandler, Events};
 use crate::identity;
 use crate::inspect::{self, LockInfo};
 use crate::keys;
@@ -420,6 +421,9 @@ pub struct Builder {
     /// Credentials for the sentinels, when not those of the data nodes.
     sentinel_auth: Option<(Option<String>, Option<String>)>,
     client_name: Option<String>,
+    events: Events,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::events::MetricsEvents>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -441,6 +445,9 @@ impl Builder {
             renewal_interval: None,
             key_prefix: "redmutex".to_owned(),
             client_name: None,
+            events: Events::default(),
+            #[cfg(feature = "metrics")]
+            metrics: Some(crate::events::MetricsEvents::new()),
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
             replica_acks: None,
@@ -505,6 +512,68 @@ impl Builder {
     pub fn client_name(mut self, name: impl Into<String>) -> Self {
         self.client_name = Some(name.into());
         self
+    }
+
+    /// Adds a handler of this client's events: acquisitions and their waits, releases and
+    /// their hold times, time-outs, failures, lost leases, renewal rounds and waiting threads
+    /// (see [`events`](crate::events)). Handlers run on the thread of the event and must be
+    /// quick. Without handlers, the events cost nothing but a branch.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use redmutex::events::{EventHandler, Released};
+    ///
+    /// struct LongHolds;
+    ///
+    /// impl EventHandler for LongHolds {
+    ///     fn released(&self, e: &Released<'_>) {
+    ///         if e.held.as_secs() > 60 {
+    ///             eprintln!("{} was held for {:?}", e.name, e.held);
+    ///         }
+    ///     }
+    /// }
+    ///
+    /// let client = redmutex::Client::builder()
+    ///     .event_handler(LongHolds)
+    ///     .open("redis://127.0.0.1/")?;
+    /// # Ok(()) }
+    /// ```
+    pub fn event_handler(mut self, handler: impl EventHandler) -> Self {
+        self.events.add(Arc::new(handler));
+        self
+    }
+
+    /// Whether and how this client records metrics through the `metrics` facade (the
+    /// `metrics` feature): `Some` of a [`MetricsEvents`](crate::events::MetricsEvents)
+    /// (labels by kind only, by default), or `None` for none. Recording without a recorder
+    /// installed costs a few atomic loads.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder()
+    ///     .metrics(Some(redmutex::events::MetricsEvents::new().with_lock_names()))
+    ///     .open("redis://127.0.0.1/")?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, metrics: Option<crate::events::MetricsEvents>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The event handlers the client gets: the given ones, and the metrics.
+    fn all_events(&self) -> Events {
+        #[allow(unused_mut)]
+        let mut events = self.events.clone();
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            events.add(Arc::new(metrics.clone()));
+        }
+        events
     }
 
     /// How often the renewal thread renews the leases of held locks.
@@ -673,6 +742,7 @@ impl Builder {
                 .client_name
                 .clone()
                 .unwrap_or_else(identity::program_name),
+            events: self.all_events(),
         })
     }
 

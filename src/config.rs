@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::events::Events;
 
 /// The longest lease accepted: 365 days.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -22,6 +23,8 @@ pub(crate) struct Config {
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// The name this client announces (see `identity`).
     pub(crate) client_name: String,
+    /// Who hears of the client's events.
+    pub(crate) events: Events,
 }
 
 /// Checks a lease: at least 1 ms, at most [`MAX_LEASE`].

@@ -79,6 +79,7 @@ mod client;
 mod config;
 mod connection;
 mod error;
+pub mod events;
 mod fast_hash;
 mod identity;
 mod inspect;

@@ -4,6 +4,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::events::{Events, LeaseLost};
+
 /// What a [`Client`](crate::Client) and its clones did since it was built.
 ///
 /// Counters only grow. Take two snapshots and subtract to see a period.
@@ -86,7 +88,7 @@ pub(crate) struct Background {
     pub(crate) subscriber_reconnects: u64,
 }
 
-/// The live counters behind [`Stats`].
+/// The live counters behind [`Stats`], and the client's event handlers.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     pub(crate) acquisitions: AtomicU64,
@@ -97,9 +99,25 @@ pub(crate) struct Counters {
     pub(crate) wait_nanos: AtomicU64,
     pub(crate) releases: AtomicU64,
     pub(crate) lost: AtomicU64,
+    /// Who hears of acquisitions, releases, time-outs, lost leases.
+    pub(crate) events: Events,
 }
 
 impl Counters {
+    pub(crate) fn new(events: Events) -> Self {
+        Counters {
+            events,
+            ..Counters::default()
+        }
+    }
+
+    /// Counts a lease found lost, and tells the handlers.
+    pub(crate) fn lease_lost(&self, name: &str, kind: &'static str) {
+        Counters::add(&self.lost, 1);
+        self.events
+            .emit(|h| h.lease_lost(&LeaseLost { name, kind }));
+    }
+
     pub(crate) fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
     }

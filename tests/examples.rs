@@ -17,10 +17,12 @@ fn example(name: &str) -> PathBuf {
     let path = dir.join(name);
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let status = Command::new(cargo)
-            .args(["build", "--example", name])
-            .status()
-            .expect("cargo build");
+        let mut build = Command::new(cargo);
+        build.args(["build", "--example", name]);
+        if cfg!(feature = "metrics") {
+            build.args(["--features", "metrics"]);
+        }
+        let status = build.status().expect("cargo build");
         assert!(status.success(), "cannot build example {name}");
     }
     path
@@ -65,5 +67,15 @@ fn the_id_allocator_never_hands_out_an_id_twice() {
         "id_allocator",
         &["--processes", "3", "--ids", "500"],
         "OK: no ID twice",
+    );
+}
+
+#[cfg(feature = "metrics")]
+#[test]
+fn the_prometheus_example_prints_the_lock_metrics() {
+    run(
+        "prometheus",
+        &[],
+        "redmutex_acquisitions_total{kind=\"Mutex\",lock=\"orders:42\"} 100",
     );
 }

@@ -40,7 +40,7 @@ impl LockContext {
         connections: Arc<Connections>,
         tokens: TokenSource,
     ) -> Self {
-        let counters = Arc::new(Counters::default());
+        let counters = Arc::new(Counters::new(config.events.clone()));
         let wake_prefix = format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid());
         let identity = Identity::new(
             &config.key_prefix,

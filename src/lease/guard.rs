@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::config::{millis, validate_lease};
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::events::Released;
 use crate::lease::cleanup::Cleanup;
 use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
@@ -180,7 +181,9 @@ impl LeaseGuard {
     /// Marks the lease lost (once) and makes the error that says so.
     fn lost(&self, reason: LostReason) -> Error {
         if self.hold.lease.mark_lost(reason.clone()) {
-            Counters::add(&self.ctx.counters.lost, 1);
+            self.ctx
+                .counters
+                .lease_lost(&self.hold.name, self.hold.protocol.kind());
         }
         Error::new(
             ErrorKind::LockLost,
@@ -208,6 +211,22 @@ impl LeaseGuard {
         }
         let result = self.release_in_redis();
         self.hold.lease.mark_released();
+        if let Some(acquired_at) = self.hold.acquired_at {
+            let lost = result.as_ref().is_err_and(Error::is_lock_lost);
+            let (name, kind, held) = (
+                &*self.hold.name,
+                self.hold.protocol.kind(),
+                acquired_at.elapsed(),
+            );
+            self.ctx.counters.events.emit(|h| {
+                h.released(&Released {
+                    name,
+                    kind,
+                    held,
+                    lost,
+                })
+            });
+        }
         result
     }
 

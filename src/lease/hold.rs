@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::keys::LockKeys;
 use crate::lease::protocol::Protocol;
@@ -24,6 +24,8 @@ pub(crate) struct Hold {
     /// The renewal registration, for a renewed lease.
     pub(crate) renewal_id: Option<u64>,
     pub(crate) lease: Arc<LeaseState>,
+    /// When it was acquired, when the client's event handlers want hold times.
+    pub(crate) acquired_at: Option<Instant>,
 }
 
 impl fmt::Debug for Hold {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
 use crate::lease::cleanup::Cleanup;
 use crate::lease::context::LockContext;
@@ -140,10 +141,55 @@ impl RawLock {
         }
         let may_wait = deadline.is_none_or(|d| d > Instant::now());
         let token: Arc<str> = Arc::from(self.ctx.tokens.next());
-        match self.protocol.wait_style() {
+        let observed = self.ctx.counters.events.on().then(Instant::now);
+        let result = match self.protocol.wait_style() {
             WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
             WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
+        };
+        if let Some(started) = observed {
+            self.report(&result, started.elapsed());
         }
+        result
+    }
+
+    /// Tells the client's event handlers how an acquire ended.
+    #[cold]
+    fn report(&self, result: &Result<Option<LeaseGuard>>, waited: Duration) {
+        let (name, kind) = (&*self.name, self.protocol.kind());
+        self.ctx.counters.events.emit(|h| match result {
+            Ok(Some(_)) => h.acquired(&Acquired { name, kind, waited }),
+            Ok(None) => h.timed_out(&TimedOut { name, kind, waited }),
+            Err(e) => h.failed(&Failed {
+                name,
+                kind,
+                error: e.kind(),
+            }),
+        });
+    }
+
+    /// Runs a waiting loop, telling the client's event handlers when it starts and stops.
+    fn waiting<T>(&self, wait: impl FnOnce() -> T) -> T {
+        let events = &self.ctx.counters.events;
+        if !events.on() {
+            return wait();
+        }
+        let (name, kind) = (&*self.name, self.protocol.kind());
+        events.emit(|h| {
+            h.waiting(&Waiting {
+                name,
+                kind,
+                started: true,
+            })
+        });
+        let result = wait();
+        events.emit(|h| {
+            h.waiting(&Waiting {
+                name,
+                kind,
+                started: false,
+            })
+        });
+        result
     }
 
     fn reenter(&self) -> Result<Option<LeaseGuard>> {
@@ -184,14 +230,16 @@ impl RawLock {
         let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
         let attempt = || self.attempt(keys, lease, token, may_wait);
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
-            let waited = waiting::contend(
-                ctx.waiting(),
-                &self.lock_key,
-                &channel,
-                deadline,
-                None,
-                attempt,
-            );
+            let waited = self.waiting(|| {
+                waiting::contend(
+                    ctx.waiting(),
+                    &self.lock_key,
+                    &channel,
+                    deadline,
+                    None,
+                    attempt,
+                )
+            });
             return self.withdraw_unless_won(keys, token, waited);
         }
         let early = match may_wait {
@@ -207,14 +255,16 @@ impl RawLock {
             }
             Attempt::Held(remaining) => {
                 let early = early.map(|sub| (sub, seen, remaining));
-                let waited = waiting::contend(
-                    ctx.waiting(),
-                    &self.lock_key,
-                    &channel,
-                    deadline,
-                    early,
-                    attempt,
-                );
+                let waited = self.waiting(|| {
+                    waiting::contend(
+                        ctx.waiting(),
+                        &self.lock_key,
+                        &channel,
+                        deadline,
+                        early,
+                        attempt,
+                    )
+                });
                 self.withdraw_unless_won(keys, token, waited)
             }
         }
@@ -293,16 +343,18 @@ impl RawLock {
             token: Arc::clone(token),
             dropped: Arc::clone(&dropped),
         })?;
-        let result = waiting::queue(
-            ctx.waiting(),
-            &self.lock_key,
-            subscription,
-            confirm,
-            deadline,
-            &dropped,
-            || self.attempt(keys, lease, token, true),
-            || self.leave(keys, token),
-        );
+        let result = self.waiting(|| {
+            waiting::queue(
+                ctx.waiting(),
+                &self.lock_key,
+                subscription,
+                confirm,
+                deadline,
+                &dropped,
+                || self.attempt(keys, lease, token, true),
+                || self.leave(keys, token),
+            )
+        });
         ctx.renewal.cancel(heartbeat);
         result
     }
@@ -421,6 +473,7 @@ impl RawLock {
             None => {
                 let registration = Registration::Lease {
                     protocol: self.protocol,
+                    name: Arc::clone(&self.name),
                     keys: Arc::clone(keys),
                     token: Arc::clone(&token),
                     state: Arc::clone(&lease_state),
@@ -445,6 +498,7 @@ impl RawLock {
             fixed_lease: self.fixed_lease,
             renewal_id,
             lease: lease_state,
+            acquired_at: ctx.counters.events.on().then(Instant::now),
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 
 use crate::connection::{Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::events::Renewed;
 use crate::fast_hash::FastHashMap;
 use crate::identity::Identity;
 use crate::keys::LockKeys;
@@ -41,6 +42,8 @@ pub(crate) enum Registration {
     /// A held lock's lease.
     Lease {
         protocol: &'static dyn Protocol,
+        /// The lock's name, for messages and events.
+        name: Arc<str>,
         keys: Arc<LockKeys>,
         token: Arc<str>,
         state: Arc<LeaseState>,
@@ -365,6 +368,7 @@ impl RenewalThread {
     fn renew_all(&self) {
         let s = &*self.shared;
         let started = Instant::now();
+        let batches_before = s.batches.load(Ordering::Relaxed);
         let snapshot = s.registry.snapshot();
         let (leases, waiters): (Vec<_>, Vec<_>) = snapshot
             .into_iter()
@@ -389,6 +393,18 @@ impl RenewalThread {
         }
         if !waiters.is_empty() {
             self.send_heartbeats(&waiters);
+        }
+        if s.counters.events.on() {
+            let leases = by_shard.iter().map(|(_, group)| group.len()).sum();
+            let round_trips = s.batches.load(Ordering::Relaxed) - batches_before;
+            let took = started.elapsed();
+            s.counters.events.emit(|h| {
+                h.renewed(&Renewed {
+                    leases,
+                    round_trips,
+                    took,
+                })
+            });
         }
         let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         s.busy_nanos.fetch_add(busy, Ordering::Relaxed);
@@ -480,7 +496,14 @@ impl RenewalThread {
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut failures = 0;
         for ((id, r), reply) in batch.iter().zip(replies) {
-            let Registration::Lease { keys, state, .. } = r else {
+            let Registration::Lease {
+                keys,
+                state,
+                name,
+                protocol,
+                ..
+            } = r
+            else {
                 continue;
             };
             // An error reply (`READONLY` from a demoted master, say) is a failed renewal, not
@@ -496,7 +519,7 @@ impl RenewalThread {
                 Ok(redis::Value::Int(1)) => state.renewed(sent_at, s.lease),
                 Ok(_) => {
                     if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
-                        Counters::add(&s.counters.lost, 1);
+                        s.counters.lease_lost(name, protocol.kind());
                         log::warn!(
                             "redmutex: lock {} was lost: renewal found it no longer holding \
                              this holder's token",
@@ -510,7 +533,7 @@ impl RenewalThread {
                         && s.registry.contains(*id)
                         && state.mark_lost(LostReason::Expired(e.to_string()))
                     {
-                        Counters::add(&s.counters.lost, 1);
+                        s.counters.lease_lost(name, protocol.kind());
                         log::warn!(
                             "redmutex: lock {} was lost: its lease ran out while renewal \
                              failed: {e}",
