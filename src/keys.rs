@@ -71,6 +71,24 @@ impl LockKeys {
     }
 }
 
+impl LockKeys {
+    /// The keys of a lock kept at `key` itself (the bare layout, shared with other lock
+    /// clients such as redis-py's `Lock`): the lock key is `key`, and the fencing counter,
+    /// waiters flag, channel and poison record stay at `P:{key}…`, whose hash tag puts them
+    /// in `key`'s Cluster slot. A key with a brace is refused: its slot would differ.
+    pub(crate) fn bare(prefix: &str, key: &str) -> Result<Self> {
+        if key.contains(['{', '}']) {
+            return Err(Error::invalid_argument(format!(
+                "a bare lock key must not contain '{{' or '}}' (its Cluster slot would differ \
+                 from its fencing counter's): {key:?}"
+            )));
+        }
+        let mut keys = LockKeys::new(prefix, key)?;
+        keys.lock = key.to_owned();
+        Ok(keys)
+    }
+}
+
 pub(crate) fn validate_name(name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid_argument("lock name is empty"));

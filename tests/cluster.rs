@@ -408,6 +408,16 @@ fn every_primitive_works_with_names_on_every_shard() {
             .is_none());
         drop(two);
         assert_eq!(sem.available().unwrap(), 2);
+        // A bare key (shared with other lock clients) and its fencing counter share a slot.
+        let bare = client.mutex(format!("bare-{name}")).with_bare_key().lock().unwrap();
+        assert!(other
+            .mutex(format!("bare-{name}"))
+            .with_bare_key()
+            .try_lock()
+            .unwrap()
+            .is_none());
+        assert!(bare.fencing_token() > 0);
+        bare.unlock().unwrap();
         // A shared value lives in its lock's slot: both keys in one script.
         *client
             .shared::<u64>(format!("value-{name}"))

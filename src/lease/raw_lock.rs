@@ -68,6 +68,20 @@ impl RawLock {
         self
     }
 
+    /// This lock kept at its name itself rather than at `P:{name}` (see `LockKeys::bare`).
+    pub(crate) fn with_bare_key(mut self) -> Self {
+        let prefix = match self.protocol.namespace() {
+            None => self.ctx.config.key_prefix.clone(),
+            Some(ns) => format!("{}:{ns}", self.ctx.config.key_prefix),
+        };
+        self.keys = LockKeys::bare(&prefix, &self.name).map(Arc::new);
+        self.lock_key = match &self.keys {
+            Ok(k) => Arc::from(self.protocol.hold_key(k)),
+            Err(_) => Arc::from(""),
+        };
+        self
+    }
+
     /// This lock with a fixed lease (no renewal); checked by the first operation.
     pub(crate) fn with_lease(mut self, lease: Duration) -> Self {
         self.fixed_lease = Some(lease);

@@ -137,6 +137,38 @@ impl Mutex {
         }
     }
 
+    /// This handle, keeping the lock at its name itself — the key `orders:42` rather than
+    /// `redmutex:{orders:42}` — so that other lock clients that use that key exclude it and
+    /// are excluded by it: redis-py's `Lock`, node-redlock on one server, a hand-written
+    /// `SET key token NX PX` with a compare-and-delete release. The value is the holder's
+    /// token, as theirs is.
+    ///
+    /// What the other side lacks: it takes no fencing token (the counter still grows with
+    /// every redmutex acquisition), and it does not announce its releases, so redmutex
+    /// waiters notice a foreign release by re-checking, within one renewal interval (the
+    /// backoff cap, if longer) or at the foreign lock's expiry, whichever comes first. Waiters
+    /// of the other side notice redmutex's releases by their own polling.
+    ///
+    /// The rest of the lock (fencing counter, waiters flag, channel) stays at
+    /// `redmutex:{name}…`, in the same Cluster slot as the bare key; a name with a brace is
+    /// refused (`InvalidArgument`) since its slot would differ.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// // Excludes, and is excluded by, redis-py's `r.lock("nightly-export")`.
+    /// let export = client.mutex("nightly-export").with_bare_key();
+    /// let _guard = export.lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_bare_key(self) -> Self {
+        Mutex {
+            raw: self.raw.with_bare_key(),
+        }
+    }
+
     /// The lock's name, as given to [`Client::mutex`](crate::Client::mutex).
     pub fn name(&self) -> &str {
         self.raw.name()
