@@ -178,6 +178,20 @@ fn suffix_static(suffix: &str) -> &'static str {
         .unwrap_or("")
 }
 
+/// `ZRANGE key 0 -1 WITHSCORES`: a whole sorted set with its scores.
+fn scored(key: impl redis::ToRedisArgs) -> redis::Cmd {
+    let mut cmd = redis::cmd("ZRANGE");
+    cmd.arg(key).arg(0).arg(-1).arg("WITHSCORES");
+    cmd
+}
+
+/// `LRANGE key 0 -1`: a whole list.
+fn whole_list(key: impl redis::ToRedisArgs) -> redis::Cmd {
+    let mut cmd = redis::cmd("LRANGE");
+    cmd.arg(key).arg(0).arg(-1);
+    cmd
+}
+
 /// What one round trip reads of a name's keys.
 struct Raw {
     now_ms: u64,
@@ -224,20 +238,9 @@ pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> 
             .arg(&lock.lock)
             .cmd("GET")
             .arg(&lock.fence)
-            .cmd("LRANGE")
-            .arg(&lock.queue)
-            .arg(0)
-            .arg(-1)
-            .cmd("ZRANGE")
-            .arg(&lock.timeouts)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .cmd("ZRANGE")
-            .arg(format!("{}:readers", lock.lock))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
+            .add_command(whole_list(&lock.queue))
+            .add_command(scored(&lock.timeouts))
+            .add_command(scored(format!("{}:readers", lock.lock)))
             .cmd("GET")
             .arg(format!("{}:writer-waiting", lock.lock))
             .cmd("STRLEN")
@@ -279,22 +282,11 @@ pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> 
         let mut pipe = redis::pipe();
         pipe.cmd("GET")
             .arg(format!("{}:permits", sem.lock))
-            .cmd("ZRANGE")
-            .arg(format!("{}:holders", sem.lock))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
+            .add_command(scored(format!("{}:holders", sem.lock)))
             .cmd("HGETALL")
             .arg(format!("{}:held", sem.lock))
-            .cmd("LRANGE")
-            .arg(&sem.queue)
-            .arg(0)
-            .arg(-1)
-            .cmd("ZRANGE")
-            .arg(&sem.timeouts)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
+            .add_command(whole_list(&sem.queue))
+            .add_command(scored(&sem.timeouts))
             .cmd("HGETALL")
             .arg(format!("{}:wants", sem.lock));
         type Reply = (

@@ -409,7 +409,11 @@ fn every_primitive_works_with_names_on_every_shard() {
         drop(two);
         assert_eq!(sem.available().unwrap(), 2);
         // A bare key (shared with other lock clients) and its fencing counter share a slot.
-        let bare = client.mutex(format!("bare-{name}")).with_bare_key().lock().unwrap();
+        let bare = client
+            .mutex(format!("bare-{name}"))
+            .with_bare_key()
+            .lock()
+            .unwrap();
         assert!(other
             .mutex(format!("bare-{name}"))
             .with_bare_key()

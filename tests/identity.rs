@@ -34,20 +34,6 @@ fn client_of(url: &str, name: &str) -> Client {
         .unwrap()
 }
 
-/// How many times Redis ran `command`, scripts' calls included.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 fn announcement(server: &RedisServer, client_id: &str) -> Vec<(String, String)> {
     redis::cmd("HGETALL")
         .arg(format!("redmutex:client:{client_id}"))
@@ -55,20 +41,25 @@ fn announcement(server: &RedisServer, client_id: &str) -> Vec<(String, String)> 
         .unwrap()
 }
 
+/// The client id of the holder of lock `name`, once that client announced itself.
+fn announced_holder(server: &RedisServer, name: &str) -> String {
+    let token: String = redis::cmd("GET")
+        .arg(format!("redmutex:{{{name}}}"))
+        .query(&mut server.conn())
+        .unwrap();
+    let id = token.split(':').next().unwrap().to_owned();
+    assert!(eventually(Duration::from_secs(10), || {
+        !announcement(server, &id).is_empty()
+    }));
+    id
+}
+
 #[test]
 fn a_client_announces_who_it_is_and_costs_acquires_nothing() {
     let server = RedisServer::start();
     let client = client_of(&server.url(), "billing-worker");
     let guard = client.mutex("orders:42").lock().unwrap();
-    let token: String = redis::cmd("GET")
-        .arg("redmutex:{orders:42}")
-        .query(&mut server.conn())
-        .unwrap();
-    let id = token.split(':').next().unwrap().to_owned();
-    assert!(eventually(Duration::from_secs(10), || !announcement(
-        &server, &id
-    )
-    .is_empty()));
+    let id = announced_holder(&server, "orders:42");
     let fields = announcement(&server, &id);
     let get = |k: &str| fields.iter().find(|(f, _)| f == k).map(|(_, v)| v.clone());
     assert_eq!(get("name").as_deref(), Some("billing-worker"));
@@ -83,13 +74,16 @@ fn a_client_announces_who_it_is_and_costs_acquires_nothing() {
     drop(guard);
 
     // Acquires and releases write nothing of the announcement.
-    let (hsets, expires) = (calls(&server, "hset"), calls(&server, "pexpire"));
+    let (hsets, expires) = (
+        server.command_calls("hset"),
+        server.command_calls("pexpire"),
+    );
     for _ in 0..200 {
         client.mutex("orders:43").lock().unwrap().unlock().unwrap();
     }
-    assert_eq!(calls(&server, "hset"), hsets);
+    assert_eq!(server.command_calls("hset"), hsets);
     // Only the renewal thread's one PEXPIRE per 300 ms period, however many acquires.
-    assert!(calls(&server, "pexpire") - expires < 50);
+    assert!(server.command_calls("pexpire") - expires < 50);
 
     // Kept alive past its lease while the client lives.
     std::thread::sleep(LEASE + Duration::from_millis(800));
@@ -101,15 +95,7 @@ fn a_dead_clients_announcement_is_gone_within_a_lease() {
     let server = RedisServer::start();
     let mut worker = support::spawn_worker(ENTRY, "holder", &server.url(), "");
     support::read_marker(&mut worker, "HOLDING");
-    let token: String = redis::cmd("GET")
-        .arg("redmutex:{job}")
-        .query(&mut server.conn())
-        .unwrap();
-    let id = token.split(':').next().unwrap().to_owned();
-    assert!(eventually(Duration::from_secs(10), || !announcement(
-        &server, &id
-    )
-    .is_empty()));
+    let id = announced_holder(&server, "job");
     let info = Client::open(server.url())
         .unwrap()
         .lock_info("job")

@@ -21,20 +21,6 @@ fn commands(server: &RedisServer) -> u64 {
     server.info_number("stats", "total_commands_processed")
 }
 
-/// Calls of one command, from `INFO commandstats` (`evalsha`: one per script call).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// The lines a worker prints, as they come.
 fn lines_of(child: &mut Child) -> Receiver<String> {
     let stdout = child.stdout.take().expect("piped stdout");
@@ -111,9 +97,9 @@ fn a_hundred_idle_fair_waiters_in_one_process_cost_a_few_script_calls_a_second()
     start.wait();
     assert!(eventually(LIMIT, || client.stats().contended >= 100));
     std::thread::sleep(Duration::from_secs(1));
-    let (scripts_before, at) = (calls(&server, "evalsha"), Instant::now());
+    let (scripts_before, at) = (server.command_calls("evalsha"), Instant::now());
     std::thread::sleep(Duration::from_secs(8));
-    let scripts = calls(&server, "evalsha") - scripts_before;
+    let scripts = server.command_calls("evalsha") - scripts_before;
     let per_second = scripts as f64 / at.elapsed().as_secs_f64();
     println!("100 idle fair waiters: {per_second:.2} script calls/s");
     // 100 threads each re-checking every 2 s and each sending its own heartbeat would make

@@ -211,19 +211,6 @@ fn commit_writes_now_and_keeps_holding() {
     assert_eq!(*value.lock().unwrap(), 41);
 }
 
-/// How many `SET`s Redis ran, scripts' included.
-fn sets(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn the_value_is_written_only_when_it_changed() {
     let server = RedisServer::start();
@@ -234,20 +221,20 @@ fn the_value_is_written_only_when_it_changed() {
         g.entries = 3;
     }
     // A lock that only reads writes nothing: its acquire's SET NX is the only SET.
-    let before = sets(&server);
+    let before = server.command_calls("set");
     assert_eq!(value.lock().unwrap().entries, 3);
-    assert_eq!(sets(&server) - before, 1);
+    assert_eq!(server.command_calls("set") - before, 1);
     // Mutably borrowed, but the same bytes: nothing written either.
-    let before = sets(&server);
+    let before = server.command_calls("set");
     {
         let mut g = value.lock().unwrap();
         g.entries += 0;
     }
-    assert_eq!(sets(&server) - before, 1);
+    assert_eq!(server.command_calls("set") - before, 1);
     // Changed: written with the release.
-    let before = sets(&server);
+    let before = server.command_calls("set");
     value.lock().unwrap().entries = 4;
-    assert_eq!(sets(&server) - before, 2);
+    assert_eq!(server.command_calls("set") - before, 2);
     assert_eq!(value.lock().unwrap().entries, 4);
 }
 

@@ -169,6 +169,21 @@ impl RedisServer {
             .map(|v| v.trim().to_owned())
     }
 
+    /// How many times the server ran `command` (lower case), scripts' calls included, from
+    /// `INFO commandstats` (`evalsha`: one per script call).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
     /// A number from `INFO <section>`, such as `total_commands_processed` in `stats`.
     pub fn info_number(&self, section: &str, field: &str) -> u64 {
         let info: String = redis::cmd("INFO")
