@@ -161,21 +161,12 @@ pub(crate) fn lock_names(
 }
 
 /// The name and suffix of `key` under `space` (`P` or `P:semaphore`), if it is a lock's key.
-fn split_key(key: &str, space: &str, suffixes: &[&str]) -> Option<(String, &'static str)> {
+fn split_key(key: &str, space: &str, suffixes: &[&'static str]) -> Option<(String, &'static str)> {
     let rest = key.strip_prefix(space)?.strip_prefix(":{")?;
     suffixes.iter().find_map(|&suffix| {
         let name = rest.strip_suffix(suffix)?.strip_suffix('}')?;
-        (!name.is_empty()).then(|| (name.to_owned(), suffix_static(suffix)))
+        (!name.is_empty()).then(|| (name.to_owned(), suffix))
     })
-}
-
-fn suffix_static(suffix: &str) -> &'static str {
-    LOCK_SUFFIXES
-        .iter()
-        .chain(SEMAPHORE_SUFFIXES.iter())
-        .find(|s| **s == suffix)
-        .copied()
-        .unwrap_or("")
 }
 
 /// `ZRANGE key 0 -1 WITHSCORES`: a whole sorted set with its scores.

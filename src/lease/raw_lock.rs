@@ -2,6 +2,7 @@
 //! of lock shares — re-entry, the attempt and its round trip, unknown outcomes, replica
 //! acknowledgement, renewal registration, and the choice of waiting loop.
 
+use std::borrow::Cow;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +23,15 @@ use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{self, Attempt, Subscription};
 
+/// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
+/// operation), plus the protocol's namespace if it has one.
+fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str> {
+    match protocol.namespace() {
+        None => Cow::Borrowed(&ctx.config.key_prefix),
+        Some(ns) => Cow::Owned(format!("{}:{ns}", ctx.config.key_prefix)),
+    }
+}
+
 /// A named lock of one protocol, made from one client. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct RawLock {
@@ -40,11 +50,7 @@ pub(crate) struct RawLock {
 
 impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
-        let keys = match protocol.namespace() {
-            None => LockKeys::new(&ctx.config.key_prefix, name),
-            Some(ns) => LockKeys::new(&format!("{}:{ns}", ctx.config.key_prefix), name),
-        }
-        .map(Arc::new);
+        let keys = LockKeys::new(&key_prefix(&ctx, protocol), name).map(Arc::new);
         let lock_key: Arc<str> = match &keys {
             Ok(k) => Arc::from(protocol.hold_key(k)),
             Err(_) => Arc::from(""),
@@ -70,10 +76,7 @@ impl RawLock {
 
     /// This lock kept at its name itself rather than at `P:{name}` (see `LockKeys::bare`).
     pub(crate) fn with_bare_key(mut self) -> Self {
-        let prefix = match self.protocol.namespace() {
-            None => self.ctx.config.key_prefix.clone(),
-            Some(ns) => format!("{}:{ns}", self.ctx.config.key_prefix),
-        };
+        let prefix = key_prefix(&self.ctx, self.protocol);
         self.keys = LockKeys::bare(&prefix, &self.name).map(Arc::new);
         self.lock_key = match &self.keys {
             Ok(k) => Arc::from(self.protocol.hold_key(k)),
