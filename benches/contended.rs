@@ -98,7 +98,8 @@ fn now_ns() -> u64 {
 const HOLD: Duration = Duration::from_micros(200);
 
 /// A worker process: `threads` threads take the lock until `run` is over, printing one line
-/// per acquisition: `EV <thread> <asked_ns> <acquired_ns> <released_ns>`.
+/// per acquisition: `EV <thread> <asked_ns> <acquired_ns> <released_ns>`, then the client's
+/// acquire attempts and acquisitions: `ST <attempts> <acquisitions>`.
 fn worker(args: &[String]) {
     let url = &args[0];
     let fair = args[1] == "fair";
@@ -142,14 +143,16 @@ fn worker(args: &[String]) {
             let _ = writeln!(out, "EV {} {asked} {acquired} {released}", id * 1000 + t);
         }
     }
+    let stats = client.stats();
+    let _ = writeln!(out, "ST {} {}", stats.attempts, stats.acquisitions);
     let _ = writeln!(out, "END");
 }
 
 /// Commands that only the crate's scripts run in this benchmark: counting them apart tells
 /// the commands clients sent (one per round trip) from those their scripts executed.
 const SCRIPT_INTERNAL: &[&str] = &[
-    "get", "set", "del", "incr", "pttl", "publish", "time", "lindex", "lpop", "zscore", "zrem",
-    "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type",
+    "get", "set", "del", "incr", "pttl", "publish", "spublish", "time", "lindex", "lpop", "zscore",
+    "zrem", "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type",
 ];
 
 /// What Redis ran so far, from `INFO commandstats`.
@@ -233,6 +236,8 @@ struct HandoffResult {
     sent_per_acquisition: f64,
     jain: f64,
     acquisitions: usize,
+    /// Acquire attempts that did not take the lock, per acquisition.
+    failed_attempts_per_acquisition: f64,
 }
 
 fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult {
@@ -254,6 +259,7 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
         })
         .collect();
     let mut events: Vec<(usize, u64, u64, u64)> = Vec::new();
+    let (mut attempts, mut acquired) = (0u64, 0u64);
     for mut child in children {
         let stdout = child.stdout.take().expect("stdout");
         for line in BufReader::new(stdout).lines() {
@@ -262,6 +268,10 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
             if f.len() == 5 && f[0] == "EV" {
                 let n = |i: usize| f[i].parse::<u64>().expect("number");
                 events.push((n(1) as usize, n(2), n(3), n(4)));
+            }
+            if f.len() == 3 && f[0] == "ST" {
+                attempts += f[1].parse::<u64>().expect("attempts");
+                acquired += f[2].parse::<u64>().expect("acquisitions");
             }
         }
         assert!(child.wait().expect("wait").success(), "a worker failed");
@@ -300,6 +310,8 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
             0.0
         },
         acquisitions: events.len(),
+        failed_attempts_per_acquisition: attempts.saturating_sub(acquired) as f64
+            / acquired.max(1) as f64,
     }
 }
 
@@ -459,6 +471,7 @@ fn main() {
         let cmds = pick(|r| r.commands_per_acquisition);
         let sent = pick(|r| r.sent_per_acquisition);
         let jain = pick(|r| r.jain);
+        let failed = pick(|r| r.failed_attempts_per_acquisition);
         let total: usize = results.iter().map(|r| r.acquisitions).sum();
         println!("  {label}: {total} acquisitions");
         println!(
@@ -485,6 +498,10 @@ fn main() {
             cmds.0
         );
         println!(
+            "    failed attempts / acq. {:>10.2}  [{:.2} .. {:.2}]",
+            failed.0, failed.1, failed.2
+        );
+        println!(
             "    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]",
             jain.0, jain.1, jain.2
         );
@@ -494,6 +511,7 @@ fn main() {
              \"wait_p50_us\": {:.2}, \"wait_p99_us\": {:.2}, \
              \"commands_sent_per_acquisition\": {:.3}, \
              \"commands_run_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+             \"failed_attempts_per_acquisition\": {:.3}, \
              \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}}},\n",
             if fair { "fair_mutex" } else { "mutex" },
             rate.0,
@@ -505,6 +523,7 @@ fn main() {
             sent.0,
             cmds.0,
             jain.0,
+            failed.0,
             rate.1,
             rate.2
         ));

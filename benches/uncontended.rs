@@ -1,6 +1,7 @@
-//! Uncontended lock + unlock on one thread, and re-entrant re-lock, beside the physical limit
-//! measured in the same run: a raw redis-rs loop of `SET NX PX` + `EVALSHA` compare-and-delete
-//! on one connection.
+//! Uncontended lock + unlock on one thread, lock + drop (whose release does not wait for its
+//! reply), and re-entrant re-lock, beside the physical limit measured in the same run: a raw
+//! redis-rs loop of `SET NX PX` + `EVALSHA` compare-and-delete on one connection, waiting for
+//! both replies.
 //!
 //! `cargo bench --bench uncontended` measures (rounds of the three loops, interleaved, median
 //! and spread reported) and writes `target/bench-results/uncontended.json`. Run by
@@ -49,6 +50,13 @@ fn mutex_cycle(client: &Client) -> Cycle<'static> {
     })
 }
 
+/// Lock + drop: the drop writes the release, and the next lock's request goes out before its
+/// reply is read.
+fn mutex_drop_cycle(client: &Client) -> Cycle<'static> {
+    let m = client.mutex("bench-drop");
+    Box::new(move || drop(m.lock().expect("lock")))
+}
+
 fn reentry_rate(client: &Client, time: Duration) -> f64 {
     let m = client.mutex("bench-reentry");
     let _outer = m.lock().expect("outer lock");
@@ -82,10 +90,17 @@ fn main() {
     let mut ratios = Vec::new();
     let mut scripts_only = Vec::new();
     let mut reentrant = Vec::new();
+    let mut dropping = Vec::new();
+    let mut drop_ratios = Vec::new();
+    let dropper = Client::builder()
+        .pool_size(1)
+        .open(server.url())
+        .expect("client");
     let mut variants = vec![
         raw_cycle(server.conn(), "raw-lock"),
         mutex_cycle(&client),
         crate_scripts_cycle(server.conn(), "l"),
+        mutex_drop_cycle(&dropper),
     ];
     // With the `metrics` feature, `client` records metrics (with no recorder installed):
     // beside it, a client that records none, in the same turns.
@@ -104,7 +119,9 @@ fn main() {
         ours.push(rates[1]);
         ratios.push(rates[1] / rates[0]);
         scripts_only.push(rates[2]);
-        if let Some(without) = rates.get(3) {
+        dropping.push(rates[3]);
+        drop_ratios.push(rates[3] / rates[0]);
+        if let Some(without) = rates.get(4) {
             metrics_ratios.push(rates[1] / without);
         }
         reentrant.push(reentry_rate(&client, mode.round_time / 4));
@@ -117,6 +134,8 @@ fn main() {
     let (ratio_med, ratio_lo, ratio_hi) = median_and_spread(ratios);
     let (re_med, re_lo, re_hi) = median_and_spread(reentrant);
     let (sc_med, sc_lo, sc_hi) = median_and_spread(scripts_only);
+    let (dr_med, dr_lo, dr_hi) = median_and_spread(dropping);
+    let (drr_med, drr_lo, drr_hi) = median_and_spread(drop_ratios);
 
     println!(
         "uncontended, one thread, {} rounds of {:?}",
@@ -128,6 +147,8 @@ fn main() {
         "  ratio to raw (same round)     {ratio_med:>12.3}     [{ratio_lo:.3} .. {ratio_hi:.3}]"
     );
     println!("  raw loop with the crate's scripts {sc_med:>8.0} /s  [{sc_lo:.0} .. {sc_hi:.0}]");
+    println!("  Mutex lock + drop             {dr_med:>12.0} /s  [{dr_lo:.0} .. {dr_hi:.0}]");
+    println!("  lock + drop / raw (same round) {drr_med:>11.3}     [{drr_lo:.3} .. {drr_hi:.3}]");
     println!("  re-entrant lock + drop        {re_med:>12.0} /s  [{re_lo:.0} .. {re_hi:.0}]");
     println!("  acquire attempts per lock     {trips_per_cycle:>12.3}");
     let metrics_line = match metrics_ratios.is_empty() {
@@ -151,6 +172,8 @@ fn main() {
             "  \"mutex_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
             "  \"ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
             "  \"raw_with_crate_scripts_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"drop_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"drop_ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
             "  \"reentry_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}}{}\n",
             "}}\n"
         ),
@@ -168,6 +191,12 @@ fn main() {
         sc_med,
         sc_lo,
         sc_hi,
+        dr_med,
+        dr_lo,
+        dr_hi,
+        drr_med,
+        drr_lo,
+        drr_hi,
         re_med,
         re_lo,
         re_hi,

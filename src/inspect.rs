@@ -211,7 +211,9 @@ pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> 
     let lock = LockKeys::new(prefix, name)?;
     let sem = LockKeys::new(&format!("{prefix}:semaphore"), name)?;
     let doing = Doing::lock("inspecting", name);
-    let channel_count = |c: &mut redis::Connection, channel: &str| -> redis::RedisResult<u64> {
+    let channel_count = |c: &mut crate::connection::Conn,
+                         channel: &str|
+     -> redis::RedisResult<u64> {
         // Sharded subscriptions on Redis 7 and later, classic ones before.
         let sharded: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
             .arg("SHARDNUMSUB")

@@ -362,6 +362,13 @@ impl Deployment for Cluster {
     fn refresh_routes(&self) {
         self.refresh();
     }
+
+    fn settle_unread(&self) {
+        let shards = self.map.read().shards.clone();
+        for shard in shards {
+            shard.pool.settle_idle();
+        }
+    }
 }
 
 #[cfg(test)]

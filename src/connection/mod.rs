@@ -30,7 +30,7 @@ use crate::error::{Doing, Error, Result, Server};
 pub use address::{Address, IntoAddress};
 pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
 pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
-pub(crate) use pool::{Checkout, Pool};
+pub(crate) use pool::{Checkout, Conn, OnReply, Pool};
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
 
 /// Makes a redis-rs client for a data node at (host, port), with the data nodes' credentials
@@ -102,6 +102,10 @@ pub(crate) trait Deployment: Send + Sync {
     fn redirect(&self, _err: &Error) -> Option<Redirect> {
         None
     }
+
+    /// Reads the replies that idle pooled connections still carry: see
+    /// [`Pool::settle_idle`].
+    fn settle_unread(&self);
 }
 
 /// What the rest of the crate talks to Redis through.
@@ -135,11 +139,25 @@ impl ScriptCall {
 
     /// Runs the call (`EVALSHA`, and the script's load when Redis lost it).
     #[inline]
-    pub(crate) fn invoke<T: redis::FromRedisValue>(
-        &self,
-        c: &mut redis::Connection,
-    ) -> redis::RedisResult<T> {
-        self.invocation.invoke(c)
+    pub(crate) fn invoke<T: redis::FromRedisValue>(&self, c: &mut Conn) -> redis::RedisResult<T> {
+        let result = self.invocation.invoke(c);
+        // The script ran (its own error replies included): the server has it.
+        let ran = match &result {
+            Ok(_) => true,
+            Err(e) => matches!(e.kind(), redis::ErrorKind::Server(kind)
+                if kind != redis::ServerErrorKind::NoScript),
+        };
+        if ran {
+            c.saw_script(self.script.get_hash());
+        }
+        result
+    }
+
+    /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply.
+    pub(crate) fn packed(&self) -> Vec<u8> {
+        let mut pipe = redis::pipe();
+        pipe.invoke_script(&self.invocation);
+        pipe.get_packed_pipeline()
     }
 }
 
@@ -161,7 +179,7 @@ impl Connections {
         &self,
         route: &str,
         doing: Doing<'_>,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut shard = self.deployment.shard_of(route);
         let mut asking = false;
@@ -220,7 +238,7 @@ impl Connections {
         &self,
         shard: usize,
         doing: Doing<'_>,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let mut conn = self.deployment.checkout(shard, doing)?;
         let result = conn.call(doing, &f);
@@ -360,6 +378,11 @@ impl Connections {
         self.deployment.shard_of(route)
     }
 
+    /// Tells the deployment of a call to `shard` that failed.
+    fn report_failure(&self, shard: usize, err: &Error) {
+        self.deployment.call_failed(shard, err);
+    }
+
     /// A pooled connection to the server of `shard`.
     fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
         self.deployment.checkout(shard, doing)
@@ -392,6 +415,11 @@ impl Connections {
     /// Changes whenever the servers behind the shards change: see [`Deployment::generation`].
     pub(crate) fn generation(&self) -> u64 {
         self.deployment.generation()
+    }
+
+    /// Reads the replies that idle connections still carry, and hands each to its handler.
+    pub(crate) fn settle_unread(&self) {
+        self.deployment.settle_unread();
     }
 
     /// Stops the deployment's background work.

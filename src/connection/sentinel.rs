@@ -268,6 +268,13 @@ impl Deployment for Sentinel {
             let _ = watcher.join();
         }
     }
+
+    fn settle_unread(&self) {
+        let master = self.inner.master.read().clone();
+        if let Some(master) = master {
+            master.pool.settle_idle();
+        }
+    }
 }
 
 /// The events that say a new master serves our name: `+promoted-slave` (from the sentinel that

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::connection::{Checkout, Connections, ScriptCall};
+use crate::connection::{Checkout, Connections, OnReply, ScriptCall};
 use crate::error::{Doing, Error, Result, Server};
 
 /// A script call written to its server, whose reply is still to be read.
@@ -15,6 +15,33 @@ pub(crate) struct SentCall<'a> {
 }
 
 impl Connections {
+    /// Writes `call` to the server of `route` and returns without reading its reply:
+    /// `on_reply` gets the reply when the connection's next user (or the renewal thread)
+    /// reads it, or an error when it never will be (the outcome is unknown then). Redis runs
+    /// the call before anything written after it on the same connection.
+    ///
+    /// `Ok(false)`: nothing was written, because the connection did not see its server run
+    /// the script yet (it may not have it); the caller makes a call that waits instead.
+    pub(crate) fn send_unread(
+        &self,
+        route: &str,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+        on_reply: OnReply,
+    ) -> Result<bool> {
+        let shard = self.shard_of(route);
+        let mut checkout = self.checkout(shard, doing)?;
+        if !checkout.knows_script(call.script.get_hash()) {
+            // The server may not have the script: `NOSCRIPT` would come too late to load it.
+            return Ok(false);
+        }
+        let result = checkout.send_unread(doing, &call.packed(), on_reply);
+        if let Err(e) = &result {
+            self.report_failure(shard, e);
+        }
+        result.map(|()| true)
+    }
+
     /// Writes `call` to the server of `route` without waiting for its reply. A redirection
     /// (`MOVED`) is not followed: split calls are for standalone servers.
     pub(crate) fn send<'a>(
@@ -26,9 +53,7 @@ impl Connections {
         let shard = self.shard_of(route);
         let server = self.shard_server(shard);
         let mut checkout = self.checkout(shard, doing)?;
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&call.invocation);
-        let packed = pipe.get_packed_pipeline();
+        let packed = call.packed();
         checkout.write(doing, |c| c.send_packed_command(&packed))?;
         Ok(SentCall {
             checkout,

@@ -52,4 +52,8 @@ impl Deployment for Standalone {
     fn describe(&self) -> String {
         self.pool.server().address.to_string()
     }
+
+    fn settle_unread(&self) {
+        self.pool.settle_idle();
+    }
 }

@@ -125,7 +125,7 @@ impl LockContext {
         &self,
         route: &str,
         doing: Doing<'_>,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         match self.connections.call(route, doing, &f) {
             Err(e) if e.is_connection() && !e.is_checkout() => {
@@ -141,7 +141,7 @@ impl LockContext {
         &self,
         route: &str,
         doing: Doing<'_>,
-        f: impl Fn(&mut redis::Connection) -> redis::RedisResult<T>,
+        f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         self.connections.call(route, doing, f)
     }
@@ -150,7 +150,7 @@ impl LockContext {
     /// asks for acknowledgements (`WAIT` must run on the connection that wrote).
     pub(crate) fn replica_acks(
         &self,
-        c: &mut redis::Connection,
+        c: &mut crate::connection::Conn,
     ) -> redis::RedisResult<Option<i64>> {
         match self.config.replica_acks {
             Some((replicas, timeout)) => {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use crate::config::{millis, validate_lease};
@@ -120,7 +120,7 @@ impl LeaseGuard {
     }
 
     pub(crate) fn unlock(mut self) -> Result<()> {
-        self.release()
+        self.release(Reply::Wait)
     }
 
     pub(crate) fn poison(&self) -> Result<Option<PoisonInfo>> {
@@ -192,8 +192,8 @@ impl LeaseGuard {
     }
 
     /// Counts one hold less; the outermost one records a panic, stops the renewal and
-    /// releases in Redis.
-    fn release(&mut self) -> Result<()> {
+    /// releases in Redis, waiting for the reply or not.
+    fn release(&mut self, reply: Reply) -> Result<()> {
         if self.released {
             return Ok(());
         }
@@ -209,7 +209,11 @@ impl LeaseGuard {
         if let Some(id) = self.hold.renewal_id {
             self.ctx.renewal.cancel(id);
         }
-        let result = self.release_in_redis();
+        // A release that writes a value waits for its reply: the write may fail.
+        let result = match (reply, &self.payload) {
+            (Reply::Later, None) => self.release_unread(),
+            _ => self.release_in_redis(),
+        };
         self.hold.lease.mark_released();
         if let Some(acquired_at) = self.hold.acquired_at {
             let lost = result.as_ref().is_err_and(Error::is_lock_lost);
@@ -261,6 +265,29 @@ impl LeaseGuard {
         }
     }
 
+    /// The release, written without waiting for its reply (a guard's drop): the lock is free
+    /// as soon as Redis reads it, and the reply is checked by whoever reads it
+    /// ([`settle_release`]). A release that could not be written is sent as `unlock` sends
+    /// it, or left to the renewal thread when no connection could be had.
+    fn release_unread(&self) -> Result<()> {
+        let (ctx, hold) = (Arc::downgrade(&self.ctx), Arc::clone(&self.hold));
+        let sent = self.ctx.connections.send_unread(
+            &self.hold.lock_key,
+            &self.release_call(),
+            self.doing("releasing"),
+            Box::new(move |reply| settle_release(&ctx, &hold, reply)),
+        );
+        match sent {
+            Ok(true) => Ok(()),
+            Ok(false) => self.release_in_redis(),
+            Err(e) if e.is_checkout() => {
+                self.release_later();
+                Err(e)
+            }
+            Err(_) => self.release_in_redis(),
+        }
+    }
+
     fn release_call(&self) -> ScriptCall {
         let (protocol, keys, token) = (self.hold.protocol, &self.hold.keys, &self.hold.token);
         match &self.payload {
@@ -279,15 +306,7 @@ impl LeaseGuard {
     /// Has the renewal thread finish a release whose outcome is unknown.
     #[cold]
     fn release_later(&self) {
-        let give_up_at = self.hold.lease.expires_at() + self.ctx.config.response_timeout;
-        self.ctx.renewal.clean_up_later(
-            &self.hold.lock_key,
-            Cleanup {
-                name: Arc::clone(&self.hold.name),
-                call: self.release_call(),
-                give_up_at,
-            },
-        );
+        clean_up_release(&self.ctx, &self.hold, self.release_call());
     }
 
     fn doing(&self, action: &'static str) -> Doing<'_> {
@@ -345,9 +364,69 @@ impl LeaseGuard {
     }
 }
 
+/// Whether a release waits for Redis's reply.
+#[derive(Clone, Copy)]
+enum Reply {
+    /// `unlock`: the caller gets the outcome.
+    Wait,
+    /// A drop: the reply is read by the connection's next user.
+    Later,
+}
+
+/// Has the renewal thread send `call`, the release of `hold`, until Redis answers or the lease
+/// has passed.
+#[cold]
+fn clean_up_release(ctx: &LockContext, hold: &Hold, call: ScriptCall) {
+    let give_up_at = hold.lease.expires_at() + ctx.config.response_timeout;
+    ctx.renewal.clean_up_later(
+        &hold.lock_key,
+        Cleanup {
+            name: Arc::clone(&hold.name),
+            call,
+            give_up_at,
+        },
+    );
+}
+
+/// Checks the reply to a release written by a guard's drop, when it is read: a lock that no
+/// longer held the token is a lost lease (logged and counted); a release whose reply did not
+/// come, or that Redis refused, goes to the renewal thread's clean-up, as a release with an
+/// unknown outcome does.
+fn settle_release(ctx: &Weak<LockContext>, hold: &Hold, reply: redis::RedisResult<redis::Value>) {
+    let Some(ctx) = ctx.upgrade() else {
+        return;
+    };
+    match reply {
+        Ok(redis::Value::Int(1)) => Counters::add(&ctx.counters.releases, 1),
+        Ok(redis::Value::Int(_)) => {
+            let reason = hold.lease.lost_reason().unwrap_or(LostReason::Taken);
+            if hold.lease.mark_lost_at_release(reason.clone()) {
+                ctx.counters.lease_lost(&hold.name, hold.protocol.kind());
+            }
+            log::warn!(
+                "redmutex: releasing lock {:?} found it lost: {}",
+                hold.name,
+                reason.describe()
+            );
+        }
+        other => {
+            let why = match other {
+                Err(e) => e.to_string(),
+                Ok(value) => format!("{value:?}"),
+            };
+            log::warn!(
+                "redmutex: the release of lock {:?} got no answer ({why}); retrying in the \
+                 background",
+                hold.name
+            );
+            clean_up_release(&ctx, hold, hold.protocol.release(&hold.keys, &hold.token));
+        }
+    }
+}
+
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.release() {
+        if let Err(e) = self.release(Reply::Later) {
             log::warn!("redmutex: releasing lock {:?} failed: {e}", self.hold.name);
         }
     }

@@ -297,6 +297,7 @@ impl RenewalThread {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
                 // Disconnected: the client is gone or shutting down.
                 Err(RecvTimeoutError::Disconnected) => {
+                    s.connections.settle_unread();
                     self.run_cleanups();
                     return;
                 }
@@ -308,6 +309,9 @@ impl RenewalThread {
             if Instant::now() >= next_tick {
                 next_tick += s.interval;
                 self.renew_all();
+                // Replies to releases written by guards' drops, on connections nobody used
+                // since: a failed one becomes a clean-up.
+                s.connections.settle_unread();
                 if first_announcement.is_none() {
                     self.announce(false);
                 }

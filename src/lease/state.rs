@@ -103,6 +103,20 @@ impl LeaseState {
         true
     }
 
+    /// Marks the lease lost when a release (sent before its reply was read) found the lock no
+    /// longer held, released or not. Returns whether this call did it (it was not marked
+    /// lost before).
+    pub(crate) fn mark_lost_at_release(&self, reason: LostReason) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.lost.is_some() {
+            return false;
+        }
+        inner.lost = Some(reason);
+        drop(inner);
+        self.changed.notify_all();
+        true
+    }
+
     pub(crate) fn mark_released(&self) {
         self.inner.lock().released = true;
         self.changed.notify_all();

@@ -53,10 +53,11 @@ pub struct Resource {
 
 impl Resource {
     pub fn connect(url: &str, keys: ResourceKeys) -> AnyResult<Resource> {
-        let timeout = Duration::from_secs(10);
-        let conn = redis::Client::open(url)?.get_connection_with_timeout(timeout)?;
-        conn.set_read_timeout(Some(timeout))?;
-        conn.set_write_timeout(Some(timeout))?;
+        // No read or write timeout: a socket call with one fails with `EINTR` when the
+        // process is stopped and continued (a holder-stop fault), and the resource server is
+        // never faulted.
+        let conn =
+            redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(10))?;
         Ok(Resource {
             conn,
             keys,
