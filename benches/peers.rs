@@ -67,26 +67,28 @@ fn commands_run(server: &RedisServer) -> u64 {
 }
 
 /// 4 clients, one thread each, take one lock for `time`, holding it `HOLD` each time;
-/// `take` makes one client's acquire-hold-release loop body. Returns (acquisitions per
-/// second, commands run per acquisition).
+/// `make` makes one client's acquire-hold-release loop body. Returns acquisitions per
+/// second, commands run per acquisition, and Jain's fairness index over the clients'
+/// acquisitions.
 fn contended(
     server: &RedisServer,
     time: Duration,
     make: &dyn Fn(usize) -> Box<dyn FnMut() + Send>,
-) -> (f64, f64) {
+) -> (f64, f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
-    let taken = Arc::new(AtomicU64::new(0));
+    let taken: Arc<Vec<AtomicU64>> = Arc::new((0..CLIENTS).map(|_| AtomicU64::new(0)).collect());
     let bodies: Vec<_> = (0..CLIENTS).map(make).collect();
     let before = commands_run(server);
     let start = Instant::now();
     let threads: Vec<_> = bodies
         .into_iter()
-        .map(|mut body| {
+        .enumerate()
+        .map(|(i, mut body)| {
             let (stop, taken) = (Arc::clone(&stop), Arc::clone(&taken));
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     body();
-                    taken.fetch_add(1, Ordering::Relaxed);
+                    taken[i].fetch_add(1, Ordering::Relaxed);
                 }
             })
         })
@@ -97,10 +99,16 @@ fn contended(
         t.join().expect("worker");
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let n = taken.load(Ordering::Relaxed).max(1) as f64;
+    let per_client: Vec<f64> = taken
+        .iter()
+        .map(|n| n.load(Ordering::Relaxed) as f64)
+        .collect();
+    let n = per_client.iter().sum::<f64>().max(1.0);
+    let sum_sq: f64 = per_client.iter().map(|x| x * x).sum();
+    let jain = n * n / (CLIENTS as f64 * sum_sq.max(1.0));
     // Two INFO calls of ours.
     let commands = commands_run(server).saturating_sub(before + 1) as f64;
-    (n / elapsed, commands / n)
+    (n / elapsed, commands / n, jain)
 }
 
 fn redmutex_body(url: String) -> Box<dyn FnMut() + Send> {
@@ -153,6 +161,7 @@ fn main() {
     let (mut t_ours, mut t_theirs, mut t_ratio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut c_ours, mut c_theirs, mut c_ratio) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cmd_ours, mut cmd_theirs) = (Vec::new(), Vec::new());
+    let (mut jain_ours, mut jain_theirs) = (Vec::new(), Vec::new());
     let url = servers[0].url();
     for round in 0..rounds {
         let r = interleaved_rates(round_time, &mut single);
@@ -177,6 +186,8 @@ fn main() {
         c_ratio.push(ours.0 / theirs.0);
         cmd_ours.push(ours.1);
         cmd_theirs.push(theirs.1);
+        jain_ours.push(ours.2);
+        jain_theirs.push(theirs.2);
     }
     let show = |label: &str, s: Spread| common::print_rate(label, s);
     println!("peers: redmutex beside the redlock crate, {rounds} rounds of {round_time:?}");
@@ -197,6 +208,11 @@ fn main() {
         "  redlock crate commands run / acq",
         spread(cmd_theirs.clone()),
     );
+    common::print_ratio("  redmutex fairness (Jain)", spread(jain_ours.clone()));
+    common::print_ratio(
+        "  redlock crate fairness (Jain)",
+        spread(jain_theirs.clone()),
+    );
     let mut json = Json::default();
     json.text("benchmark", "peers")
         .num("rounds", rounds as f64)
@@ -213,7 +229,9 @@ fn main() {
         .spread("contended_crate_per_sec", spread(c_theirs))
         .spread("contended_ratio", spread(c_ratio))
         .spread("contended_redmutex_commands_per_acq", spread(cmd_ours))
-        .spread("contended_crate_commands_per_acq", spread(cmd_theirs));
+        .spread("contended_crate_commands_per_acq", spread(cmd_theirs))
+        .spread("contended_redmutex_jain", spread(jain_ours))
+        .spread("contended_crate_jain", spread(jain_theirs));
     if measuring {
         common::write_results("peers", &json);
     }
