@@ -20,8 +20,8 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// `P:{N}:fence` — the fencing counter.
     pub(crate) fence: String,
-    /// `P:{N}:waiting` — set (for a lease) by an acquire that found the lock held, so that
-    /// the release knows to announce itself.
+    /// `P:{N}:waiting` — the clients waiting for a `Mutex`, a sorted set in the order they
+    /// began to wait, so that a release names the first (a flag, for the other primitives).
     pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
     pub(crate) channel: Arc<str>,
@@ -74,7 +74,7 @@ impl LockKeys {
 impl LockKeys {
     /// The keys of a lock kept at `key` itself (the bare layout, shared with other lock
     /// clients such as redis-py's `Lock`): the lock key is `key`, and the fencing counter,
-    /// waiters flag, channel and poison record stay at `P:{key}…`, whose hash tag puts them
+    /// waiting clients, channel and poison record stay at `P:{key}…`, whose hash tag puts them
     /// in `key`'s Cluster slot. A key with a brace is refused: its slot would differ.
     pub(crate) fn bare(prefix: &str, key: &str) -> Result<Self> {
         if key.contains(['{', '}']) {

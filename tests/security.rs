@@ -28,7 +28,7 @@ const SECRETS: [&str; 3] = [ACL_PASSWORD, REQUIREPASS, WRONG_PASSWORD];
 /// for the default key prefix.
 const LOCK_COMMANDS: &str = "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire \
      +time +type +spublish +ssubscribe +sunsubscribe +lindex +llen +lpop +rpush +lrem +zadd \
-     +zrem +zscore +zmscore +hset +wait";
+     +zrem +zscore +zmscore +zpopmin +hset +wait";
 
 // ---------------------------------------------------------------------------------------
 // Log capture, for every test of this file: a logger that keeps every record at every level.

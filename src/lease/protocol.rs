@@ -43,6 +43,9 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) units: u32,
     /// How many units exist (a semaphore's permits); 1 for a lock.
     pub(crate) capacity: u32,
+    /// Contend style: other threads of this client wait for the lock too (a lock taken keeps
+    /// the client among the waiting, so that a release names it again).
+    pub(crate) more: bool,
 }
 
 impl AcquireCall<'_> {
@@ -91,8 +94,15 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str>;
 
     /// Contend style: withdraws what the waits of `token` claimed, when the wait ended
-    /// without the lock (its deadline passed). Reply ignored. `None`: nothing to withdraw.
-    fn withdraw(&self, _keys: &LockKeys, _token: &str) -> Option<ScriptCall> {
+    /// without the lock (its deadline passed); `others_wait`: other threads of this client
+    /// still wait for the lock. Reply ignored. `None`: nothing to withdraw.
+    fn withdraw(&self, _keys: &LockKeys, _token: &str, _others_wait: bool) -> Option<ScriptCall> {
+        None
+    }
+
+    /// Contend style: the payload of the announcements that concern this client's waiters
+    /// (`None`: every announcement on the wake channel does).
+    fn wake_filter(&self, _client_id: &str) -> Option<Arc<str>> {
         None
     }
 

@@ -244,14 +244,16 @@ impl RawLock {
         token: &str,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
-        let attempt = || self.attempt(keys, lease, token, may_wait);
+        let client_id = ctx.tokens.client_uuid();
+        let channel = self.protocol.wake_channel(keys, client_id);
+        let filter = self.protocol.wake_filter(client_id);
+        let attempt = |more| self.attempt(keys, lease, token, may_wait, more);
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
                 waiting::contend(
                     ctx.waiting(),
                     &self.lock_key,
-                    &channel,
+                    (&channel, filter),
                     deadline,
                     None,
                     attempt,
@@ -260,11 +262,11 @@ impl RawLock {
             return self.withdraw_unless_won(keys, token, waited);
         }
         let early = match may_wait {
-            true => ctx.subscriber.subscribe_if_live(&channel, None),
+            true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
             false => None,
         };
         let seen = early.as_ref().map_or(0, Subscription::seen);
-        match attempt()? {
+        match attempt(false)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -276,7 +278,7 @@ impl RawLock {
                     waiting::contend(
                         ctx.waiting(),
                         &self.lock_key,
-                        &channel,
+                        (&channel, filter),
                         deadline,
                         early,
                         attempt,
@@ -295,7 +297,9 @@ impl RawLock {
         token: &str,
         waited: Result<Option<LeaseGuard>>,
     ) -> Result<Option<LeaseGuard>> {
-        if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token)) {
+        let others_wait = self.ctx.gates.has_waiters(&self.lock_key);
+        if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token, others_wait))
+        {
             let result =
                 self.ctx
                     .call_once(&keys.lock, self.doing("giving up the wait for"), |c| {
@@ -329,7 +333,7 @@ impl RawLock {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
         }
-        match self.attempt(keys, lease, &token, false)? {
+        match self.attempt(keys, lease, &token, false, false)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -368,7 +372,7 @@ impl RawLock {
                 confirm,
                 deadline,
                 &dropped,
-                || self.attempt(keys, lease, token, true),
+                || self.attempt(keys, lease, token, true, false),
                 || self.leave(keys, token),
             )
         });
@@ -404,6 +408,7 @@ impl RawLock {
         lease: Duration,
         token: &str,
         queue: bool,
+        more: bool,
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
@@ -416,6 +421,7 @@ impl RawLock {
             waiter_timeout: ctx.renewal.lease(),
             units: self.units,
             capacity: self.capacity,
+            more,
         });
         let mut resent = false;
         loop {

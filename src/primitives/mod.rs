@@ -84,7 +84,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 31);
+        assert_eq!(loaded, 33);
         drop(server);
     }
 }

@@ -194,7 +194,7 @@ impl MultiLock {
         let first = run[0].1.raw();
         let ctx = &first.ctx;
         ctx.ensure_open()?;
-        // KEYS: each lock's key, fencing counter and waiters flag; ARGV: the lease, then each
+        // KEYS: each lock's key, fencing counter and waiting clients; ARGV: the lease, then each
         // lock's token.
         let mut keys_of = Vec::with_capacity(run.len());
         let mut tokens = Vec::with_capacity(run.len());

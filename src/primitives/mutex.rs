@@ -149,7 +149,7 @@ impl Mutex {
     /// backoff cap, if longer) or at the foreign lock's expiry, whichever comes first. Waiters
     /// of the other side notice redmutex's releases by their own polling.
     ///
-    /// The rest of the lock (fencing counter, waiters flag, channel) stays at
+    /// The rest of the lock (fencing counter, waiting clients, channel) stays at
     /// `redmutex:{name}…`, in the same Cluster slot as the bare key; a name with a brace is
     /// refused (`InvalidArgument`) since its slot would differ.
     ///
@@ -300,13 +300,20 @@ pub(crate) fn protocol() -> &'static dyn Protocol {
     &PROTOCOL
 }
 
-/// `take_lock(lock, fence, waiting, token, lease)`: the acquire script's body, for scripts
-/// that take several locks (needs `ERRORS` and `FENCE`).
-pub(crate) const TAKE_LOCK: &str = include_str!("mutex/take.lua");
+/// `register_waiter` and `name_next`: the clients waiting for a lock (needs `ANNOUNCE`).
+const WAITERS: &str = include_str!("mutex/waiters.lua");
 
-/// A call of `script` with the keys (lock, fencing counter, waiters flag) and arguments
-/// (token, lease) of a `Mutex`'s acquire, for the scripts built on `take_lock`; a script that
-/// needs more adds its keys after these.
+/// `take_lock(lock, fence, waiting, token, lease, more)`: the acquire script's body, with
+/// the helpers it needs but `ERRORS` and `FENCE`, for scripts that take locks.
+pub(crate) const TAKE_LOCK: &str = concat!(
+    include_str!("../lease/lua/announce.lua"),
+    include_str!("mutex/waiters.lua"),
+    include_str!("mutex/take.lua")
+);
+
+/// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
+/// (token, lease, whether the caller and more threads of its client wait) of a `Mutex`'s acquire, for the
+/// scripts built on `take_lock`; a script that needs more adds its keys after these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
     ScriptCall::new(script)
@@ -315,19 +322,49 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         .key(&keys.waiting)
         .arg(call.token)
         .arg(call.lease_ms())
+        .arg(match (call.queue, call.more) {
+            (false, _) => "",
+            (true, false) => "wait",
+            (true, true) => "more",
+        })
+}
+
+/// The filter of a `Mutex` waiter's subscription: a release names one waiting client, and
+/// only that client's leading waiter attempts.
+pub(crate) fn wake_filter(client_id: &str) -> Option<Arc<str>> {
+    Some(Arc::from(client_id))
+}
+
+/// Takes the client of `token` out of the lock's waiting clients: see `mutex/withdraw.lua`.
+pub(crate) fn withdraw_call(keys: &LockKeys, token: &str) -> ScriptCall {
+    ScriptCall::new(&WITHDRAW)
+        .key(&keys.lock)
+        .key(&keys.waiting)
+        .arg(token)
+        .arg(&*keys.channel)
 }
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("mutex/acquire.lua")].concat()));
 
-/// Compare-and-delete, announced when someone waits: see `mutex/release.lua`.
+/// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
 static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("mutex/release.lua")]));
+    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release.lua")]));
 
 /// Deletes the lock whoever holds it: see `mutex/force_release.lua`.
 static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("mutex/force_release.lua")]));
+    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/force_release.lua")]));
+
+/// A client's last waiter gave up: see `mutex/withdraw.lua`.
+static WITHDRAW: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/withdraw.lua")]));
+
+/// The release of a shared value, which names the next waiting client as a `Mutex`'s does
+/// (the body given).
+pub(crate) fn with_waiters(body: &str) -> Script {
+    compose(&[ANNOUNCE, WAITERS, body])
+}
 
 impl Protocol for MutexProtocol {
     fn kind(&self) -> &'static str {
@@ -360,6 +397,14 @@ impl Protocol for MutexProtocol {
     fn wake_channel(&self, keys: &LockKeys, _client_id: &str) -> Arc<str> {
         Arc::clone(&keys.channel)
     }
+
+    fn wake_filter(&self, client_id: &str) -> Option<Arc<str>> {
+        wake_filter(client_id)
+    }
+
+    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) -> Option<ScriptCall> {
+        (!others_wait).then(|| withdraw_call(keys, token))
+    }
 }
 
 /// The scripts of this protocol, for the test that loads every script into Redis.
@@ -369,5 +414,6 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("mutex/acquire", &*ACQUIRE),
         ("mutex/release", &*RELEASE),
         ("mutex/force_release", &*FORCE_RELEASE),
+        ("mutex/withdraw", &*WITHDRAW),
     ]
 }

@@ -20,7 +20,6 @@ use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBE
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
-use crate::primitives::mutex;
 
 /// The helpers the read-write lock's scripts share: see `rw_lock/rw.lua`.
 const RW: &str = include_str!("rw_lock/rw.lua");
@@ -47,6 +46,8 @@ static READ_RENEW: LazyLock<Script> = LazyLock::new(|| {
         include_str!("rw_lock/read_renew.lua"),
     ])
 });
+static WRITE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/write_release.lua")]));
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/force_release.lua")]));
 static WITHDRAW: LazyLock<Script> =
@@ -59,6 +60,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("rw_lock/read_acquire", &*READ_ACQUIRE),
         ("rw_lock/write_acquire", &*WRITE_ACQUIRE),
         ("rw_lock/read_release", &*READ_RELEASE),
+        ("rw_lock/write_release", &*WRITE_RELEASE),
         ("rw_lock/read_renew", &*READ_RENEW),
         ("rw_lock/force_release", &*FORCE_RELEASE),
         ("rw_lock/withdraw", &*WITHDRAW),
@@ -163,7 +165,11 @@ impl Protocol for WriteProtocol {
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
-        mutex::protocol().release(keys, token)
+        ScriptCall::new(&WRITE_RELEASE)
+            .key(&keys.lock)
+            .key(&keys.waiting)
+            .arg(token)
+            .arg(&*keys.channel)
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {
@@ -174,7 +180,7 @@ impl Protocol for WriteProtocol {
         Arc::clone(&keys.channel)
     }
 
-    fn withdraw(&self, keys: &LockKeys, token: &str) -> Option<ScriptCall> {
+    fn withdraw(&self, keys: &LockKeys, token: &str, _others_wait: bool) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&WITHDRAW)
                 .key(writer_waiting(keys))

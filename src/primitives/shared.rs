@@ -20,9 +20,9 @@ pub use guard::SharedGuard;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE};
+use crate::lease::scripts::with_fence;
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
-use crate::primitives::mutex::{self, TAKE_LOCK};
+use crate::primitives::mutex::{self, with_waiters, TAKE_LOCK};
 
 /// Takes the lock and reads the value: see `shared/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
@@ -30,7 +30,7 @@ static ACQUIRE: LazyLock<Script> =
 
 /// Writes the value and releases: see `shared/release.lua`.
 static RELEASE_WITH: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, include_str!("shared/release.lua")]));
+    LazyLock::new(|| with_waiters(include_str!("shared/release.lua")));
 
 /// Writes the value and keeps the lock: see `shared/commit.lua`.
 static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("shared/commit.lua")));
@@ -100,6 +100,14 @@ impl Protocol for SharedProtocol {
 
     fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {
         mutex::protocol().wake_channel(keys, client_id)
+    }
+
+    fn wake_filter(&self, client_id: &str) -> Option<Arc<str>> {
+        mutex::protocol().wake_filter(client_id)
+    }
+
+    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) -> Option<ScriptCall> {
+        mutex::protocol().withdraw(keys, token, others_wait)
     }
 }
 

@@ -8,12 +8,23 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex};
 
 use crate::fast_hash::FastHashMap;
+use crate::waiting::subscriber::Subscription;
+
+/// What a leader that took the lock leaves to the next: its subscription, still registered,
+/// and the wake-up count from before its winning attempt, which kept this client among the
+/// lock's waiting clients in Redis. The next leader waits for the next announcement that
+/// names this client, with nothing to send first and no announcement missed in between.
+pub(crate) struct Baton {
+    pub(crate) subscription: Subscription,
+    pub(crate) seen: u64,
+}
 
 #[derive(Default)]
 struct GateState {
     leader: bool,
     /// Threads in the gate, the leader included.
     inside: usize,
+    baton: Option<Baton>,
 }
 
 #[derive(Default)]
@@ -36,6 +47,23 @@ pub(crate) struct GatePass<'a> {
     leader: bool,
     /// Another thread led before this one: the lock may have changed hands meanwhile.
     pub(crate) waited: bool,
+}
+
+impl GatePass<'_> {
+    /// Takes what the previous leader left, if anything.
+    pub(crate) fn take_baton(&self) -> Option<Baton> {
+        self.gate.state.lock().baton.take()
+    }
+
+    /// Leaves `baton` to the next leader; it is dropped with the gate if nobody leads again.
+    pub(crate) fn hand_over(&self, baton: Baton) {
+        self.gate.state.lock().baton = Some(baton);
+    }
+
+    /// Whether other threads wait in this gate besides this one.
+    pub(crate) fn others_inside(&self) -> bool {
+        self.gate.state.lock().inside > 1
+    }
 }
 
 impl Gates {
@@ -117,7 +145,12 @@ impl Drop for GatePass<'_> {
             self.gate.turn.notify_one();
         }
         let empty = state.inside == 0;
+        let baton = match empty {
+            true => state.baton.take(),
+            false => None,
+        };
         drop(state);
+        drop(baton);
         if empty {
             let mut gates = self.gates.gates.lock();
             // Someone may have entered since: remove only a gate that is still empty.

@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
-pub(crate) use gate::Gates;
+pub(crate) use gate::{Baton, Gates};
 pub(crate) use pause::Pause;
 pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 
@@ -59,29 +59,37 @@ impl Waiting<'_> {
 }
 
 /// Waits in this client's gate for `lock_key` until this thread is the one that contends in
-/// Redis; then listens on `channel` and, in this order so that no announcement is missed,
-/// attempts, and waits for an announcement or a re-check or backoff delay (never longer than
-/// the lock's remaining lease nor past `deadline`), until acquired.
+/// Redis; then listens on the wake channel (for announcements equal to its filter, if any)
+/// and, in this order so that no announcement is missed, attempts, and waits for an
+/// announcement or a re-check or backoff delay (never longer than the lock's remaining lease
+/// nor past `deadline`), until acquired.
 ///
 /// `early` is a subscription that was live before a failed first attempt, with its wake-up
-/// count and the lock's remaining lease from then: it saves an attempt here.
+/// count and the lock's remaining lease from then: it saves an attempt here. So does a
+/// [`Baton`] left by the previous leader, which took the lock while this thread waited.
+///
+/// `attempt` is told whether other threads of this client wait in the gate: a lock taken then
+/// keeps the client among the lock's waiting clients in Redis, and the leader hands its
+/// subscription on to the next.
 #[cold]
 pub(crate) fn contend<W>(
     w: Waiting<'_>,
     lock_key: &Arc<str>,
-    channel: &Arc<str>,
+    (channel, filter): (&Arc<str>, Option<Arc<str>>),
     deadline: Option<Instant>,
     early: Option<(Subscription, u64, Duration)>,
-    mut attempt: impl FnMut() -> Result<Attempt<W>>,
+    mut attempt: impl FnMut(bool) -> Result<Attempt<W>>,
 ) -> Result<Option<W>> {
     let wait = w.counters.contended_wait();
     let Some(pass) = w.gates.lead(lock_key, deadline) else {
         return wait.finish(Ok(None));
     };
-    let (subscription, mut skip_attempt) = match early {
+    let (subscription, mut skip_attempt) = match (pass.take_baton(), early) {
+        // The lock is a sibling's, and this client waits in Redis: wait for its turn.
+        (Some(baton), _) => (Some(baton.subscription), Some((baton.seen, Duration::MAX))),
         // Nobody led meanwhile: the failed attempt still stands.
-        Some((sub, seen, ttl)) if !pass.waited => (Some(sub), Some((seen, ttl))),
-        _ => (w.subscriber.subscribe(channel, None), None),
+        (None, Some((sub, seen, ttl))) if !pass.waited => (Some(sub), Some((seen, ttl))),
+        _ => (w.subscriber.subscribe(channel, filter), None),
     };
     let mut pause = Pause::new(subscription, w.config);
     if skip_attempt.is_none() {
@@ -92,8 +100,16 @@ pub(crate) fn contend<W>(
             Some(earlier) => earlier,
             None => {
                 let seen = pause.seen();
-                match attempt() {
-                    Ok(Attempt::Acquired(won)) => return wait.finish(Ok(Some(won))),
+                let more = pass.others_inside();
+                match attempt(more) {
+                    Ok(Attempt::Acquired(won)) => {
+                        if more {
+                            if let Some(subscription) = pause.take_subscription() {
+                                pass.hand_over(Baton { subscription, seen });
+                            }
+                        }
+                        return wait.finish(Ok(Some(won)));
+                    }
                     Ok(Attempt::Held(remaining)) => (seen, remaining),
                     Err(e) => return wait.finish(Err(e)),
                 }

@@ -20,10 +20,15 @@ impl Pause {
             subscription,
             backoff: Backoff::new(config.backoff_base, config.backoff_cap),
             // While announcements are live, a waiter re-checks the lock only in case one went
-            // astray, as often as holders renew: each attempt refreshes the waiters flag for
-            // a lease, so it cannot lapse between two re-checks.
+            // astray, as often as holders renew: each attempt refreshes the client's place
+            // among the waiting for a lease, so it cannot lapse between two re-checks.
             recheck: config.backoff_cap.max(config.renewal_interval),
         }
+    }
+
+    /// The subscription, taken out (to hand it to the next leading waiter).
+    pub(crate) fn take_subscription(&mut self) -> Option<Subscription> {
+        self.subscription.take()
     }
 
     /// Waits for the subscription to be confirmed by Redis, at most until `by`.

@@ -1,11 +1,13 @@
 -- Take the lock if it is free.
 --
--- KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiters flag.
--- ARGV[1]: the token; ARGV[2]: the lease in milliseconds.
+-- KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiting clients.
+-- ARGV[1]: the token; ARGV[2]: the lease in milliseconds; ARGV[3]: what the caller does if
+-- the lock is held: '' gives up, 'wait' waits, 'more' waits and other threads of its client
+-- wait too (the client stays among the waiting when it takes the lock).
 -- Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the same
 -- attempt sent again after its reply was lost), `{0, remaining_ttl_ms}` when held by someone
--- else; then the waiters flag is set (to outlive the holder's lease), so that the release
--- announces itself.
+-- else; then a caller that waits has its client added to the waiting clients (for a lease
+-- past the holder's), so that a release names it in its turn.
 -- Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 -- expiry, or the counter is not an integer; with Redis's own error (and changes nothing) when
 -- Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as held when
@@ -13,4 +15,4 @@
 --
 -- `SET ... NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
 -- key is not a string: the type check costs nothing. Needs errors.lua, fence.lua and take.lua.
-return take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+return take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])

@@ -1,7 +1,11 @@
 -- Takes a lock if it is free: the body of `mutex/acquire.lua` (see there), as a function that
 -- scripts taking several locks call for each. Returns the script's reply (an error reply is a
--- table with `err`). Needs errors.lua and fence.lua.
-local function take_lock(lock, fence, waiting, token, lease)
+-- table with `err`). `waits` says what the caller does if the lock is held: '' gives up,
+-- 'wait' waits (a failure adds its client to the lock's waiting clients), 'more' waits and
+-- other threads of its client wait too (a take also keeps the client among the waiting,
+-- behind every client waiting now).
+-- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
+local function take_lock(lock, fence, waiting, token, lease, waits)
   local previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
   if type(previous) == 'table' and previous['err'] then
     if is_type_error(previous) then
@@ -22,14 +26,19 @@ local function take_lock(lock, fence, waiting, token, lease)
       -- Sent again after its reply was lost, and the first one took it: it is ours.
       redis.call('PEXPIRE', lock, lease)
     end
-    local fence, bad = take_fence(lock, fence)
+    local taken, bad = take_fence(lock, fence)
     if bad then return bad end
-    return {1, fence}
+    if waits == 'more' then
+      register_waiter(waiting, token, 2 * tonumber(lease))
+    end
+    return {1, taken}
   end
   local ttl = redis.call('PTTL', lock)
   if ttl < 0 then
     return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
   end
-  redis.call('SET', waiting, '1', 'PX', ttl + tonumber(lease))
+  if waits ~= '' then
+    register_waiter(waiting, token, ttl + tonumber(lease))
+  end
   return {0, ttl}
 end

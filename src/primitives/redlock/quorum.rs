@@ -86,10 +86,14 @@ impl Inner {
                 keys: k,
                 token,
                 lease,
-                queue: false,
+                // A failed round names this client among each instance's waiting clients, so
+                // that a release there announces itself (Redlock's waiters listen to every
+                // announcement, whoever it names).
+                queue: true,
                 waiter_timeout: lease,
                 units: 1,
                 capacity: 1,
+                more: false,
             })
         });
         let replies = fan_out(&self.instances, keys, &calls, timeout, doing);

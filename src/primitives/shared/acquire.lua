@@ -1,13 +1,13 @@
 -- Take the lock if it is free, and read the value kept under it: a `Mutex`'s acquire whose
 -- reply also carries the value, in the same round trip.
 --
--- KEYS[1..3]: as for mutex/acquire.lua (lock, fencing counter, waiters flag); KEYS[4]: the
+-- KEYS[1..3]: as for mutex/acquire.lua (lock, fencing counter, waiting clients); KEYS[4]: the
 -- value.
--- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds).
+-- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds, more waiters).
 -- Reply: `{1, fencing_token, value}` when taken (`{1, fencing_token}` when no value is
 -- stored); `{0, ms}` when held. Errors with `WRONGTYPE` (changing nothing) when the value key
--- is not a string, and as mutex/acquire.lua otherwise. Needs errors.lua, fence.lua and
--- mutex/take.lua.
+-- is not a string, and as mutex/acquire.lua otherwise. Needs errors.lua, fence.lua,
+-- announce.lua, mutex/waiters.lua and mutex/take.lua.
 local value = redis.pcall('GET', KEYS[4])
 if type(value) == 'table' and value['err'] then
   if is_type_error(value) then
@@ -15,7 +15,7 @@ if type(value) == 'table' and value['err'] then
   end
   return value
 end
-local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])
+local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
 if reply[1] == 1 and value then
   reply[3] = value
 end

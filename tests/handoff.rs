@@ -1,0 +1,220 @@
+//! Mutex hand-offs: a release names the client that has waited longest, and only that
+//! client's leading waiter attempts; a client whose threads keep waiting keeps its place; a
+//! client that gave up or died does not hold the others up for longer than a re-check.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use redis::Commands;
+use redmutex::Client;
+use support::{eventually, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn client(server: &RedisServer) -> Client {
+    Client::open(server.url()).unwrap()
+}
+
+/// The lock's waiting clients in Redis, first named first.
+fn waiting_clients(server: &RedisServer, name: &str) -> Vec<String> {
+    server
+        .conn()
+        .zrange(format!("redmutex:{{{name}}}:waiting"), 0, -1)
+        .unwrap()
+}
+
+/// Starts a thread of `client` that waits for `name` and records `label` when it gets it.
+fn waiter(
+    client: &Client,
+    name: &str,
+    label: &'static str,
+    order: &Arc<StdMutex<Vec<&'static str>>>,
+) -> std::thread::JoinHandle<()> {
+    let (m, order) = (client.mutex(name), Arc::clone(order));
+    std::thread::spawn(move || {
+        let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+        order.lock().unwrap().push(label);
+        g.unlock().unwrap();
+    })
+}
+
+#[test]
+fn a_release_wakes_one_waiting_client_and_clients_take_turns_in_arrival_order() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let clients: Vec<Client> = (0..3).map(|_| client(&server)).collect();
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let g = holder.mutex("turns").lock().unwrap();
+    let mut threads = Vec::new();
+    for (c, label) in clients.iter().zip(["first", "second", "third"]) {
+        threads.push(waiter(c, "turns", label, &order));
+        // Each begins to wait (and is registered in Redis) before the next one starts.
+        // A new client attempts, subscribes, and attempts again so as to miss no release.
+        assert!(eventually(LIMIT, || c.stats().attempts == 2));
+        let n = threads.len();
+        assert!(eventually(LIMIT, || waiting_clients(&server, "turns")
+            .len()
+            == n));
+    }
+    g.unlock().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
+    // Two attempts to wait and one that took the lock, each: no client attempted when another
+    // was named.
+    for c in &clients {
+        assert_eq!(c.stats().attempts, 3, "{:?}", c.stats());
+    }
+    assert!(waiting_clients(&server, "turns").is_empty());
+}
+
+#[test]
+fn threads_of_one_client_take_turns_without_failed_attempts() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let b = client(&server);
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = [&a, &a, &a, &a, &b, &b, &b, &b]
+        .into_iter()
+        .map(|c| {
+            let (m, stop) = (c.mutex("busy"), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut taken = 0;
+                while !stop.load(Ordering::Relaxed) || taken < 20 {
+                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+                    std::thread::sleep(Duration::from_micros(300));
+                    g.unlock().unwrap();
+                    taken += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    for c in [&a, &b] {
+        let s = c.stats();
+        let failed = s.attempts - s.acquisitions;
+        // With every waiting thread of both clients attempting at each release, this was
+        // more than one failed attempt per acquisition.
+        assert!(
+            failed * 4 <= s.acquisitions,
+            "{failed} failed attempts for {} acquisitions",
+            s.acquisitions
+        );
+    }
+}
+
+#[test]
+fn a_client_whose_waiter_gave_up_leaves_the_waiting_clients() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let quitter = client(&server);
+    let g = holder.mutex("quit").lock().unwrap();
+    assert!(quitter
+        .mutex("quit")
+        .try_lock_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(waiting_clients(&server, "quit").is_empty());
+    g.unlock().unwrap();
+}
+
+#[test]
+fn a_named_client_that_died_holds_the_others_up_one_recheck_at_most() {
+    if let Some((role, url, _)) = support::worker_role() {
+        if role == "wait-forever" {
+            let client = Client::open(url).unwrap();
+            println!("WAITING");
+            let _ = client.mutex("dead").try_lock_for(Duration::from_secs(600));
+        }
+        return;
+    }
+    let server = RedisServer::start();
+    let holder = client(&server);
+    let g = holder.mutex("dead").lock().unwrap();
+    let mut doomed = support::spawn_worker(
+        "a_named_client_that_died_holds_the_others_up_one_recheck_at_most",
+        "wait-forever",
+        &server.url(),
+        "",
+    );
+    support::read_marker(&mut doomed, "WAITING");
+    assert!(eventually(LIMIT, || waiting_clients(&server, "dead").len() == 1));
+    // A client that re-checks every second waits behind it.
+    let survivor = Client::builder()
+        .renewal_interval(Duration::from_secs(1))
+        .open(server.url())
+        .unwrap();
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let t = waiter(&survivor, "dead", "survivor", &order);
+    assert!(eventually(LIMIT, || waiting_clients(&server, "dead").len() == 2));
+    // The first in line dies, and the release names it.
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    g.unlock().unwrap();
+    // The survivor takes the lock at its next re-check, long before the holder's 30 s lease
+    // would have passed.
+    let started = std::time::Instant::now();
+    t.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["survivor"]);
+    assert!(started.elapsed() < Duration::from_secs(15));
+}
+
+#[test]
+fn a_waiters_flag_left_by_an_earlier_version_is_replaced_and_its_waiters_are_woken() {
+    let server = RedisServer::start();
+    let (holder, waiting) = (client(&server), "redmutex:{upgrade}:waiting");
+    let channel = "redmutex:{upgrade}:ch";
+    let mut conn = server.conn();
+    // A waiter of an earlier version: its flag (a string), and its subscription, which takes
+    // any message as a release.
+    let g = holder.mutex("upgrade").lock().unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(waiting)
+        .arg("1")
+        .arg("PX")
+        .arg(30_000)
+        .query(&mut conn)
+        .unwrap();
+    let mut old = std::process::Command::new("redis-cli")
+        .args(["-p", &server.port().to_string(), "SSUBSCRIBE", channel])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(LIMIT, || {
+        let n: (String, u64) = redis::cmd("PUBSUB")
+            .arg("SHARDNUMSUB")
+            .arg(channel)
+            .query(&mut server.conn())
+            .unwrap();
+        n.1 == 1
+    }));
+    g.unlock().unwrap();
+    // The release found the flag, removed it, and woke the earlier version's waiter.
+    support::read_marker(&mut old, "released");
+    let _ = old.kill();
+    let _ = old.wait();
+    let exists: bool = conn.exists(waiting).unwrap();
+    assert!(!exists);
+
+    // A flag left while a waiter of this version waits is replaced by its next attempt.
+    let g = holder.mutex("upgrade").lock().unwrap();
+    let _: () = conn.set(waiting, "1").unwrap();
+    let order = Arc::new(StdMutex::new(Vec::new()));
+    let newer = client(&server);
+    let t = waiter(&newer, "upgrade", "new", &order);
+    assert!(eventually(LIMIT, || {
+        let kind: String = redis::cmd("TYPE").arg(waiting).query(&mut conn).unwrap();
+        kind == "zset"
+    }));
+    g.unlock().unwrap();
+    t.join().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["new"]);
+}
