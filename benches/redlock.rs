@@ -82,6 +82,7 @@ fn raw_cycle_with_crate_scripts(servers: &[RedisServer]) -> Cycle<'static> {
             .arg(&["rawc:{l}", "rawc:{l}:fence", "rawc:{l}:waiting"][..])
             .arg(&token)
             .arg(30_000)
+            .arg("")
             .clone();
         let n = conns.len();
         let taken = parallel(&mut conns, &vec![take; n]);

@@ -20,8 +20,9 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// `P:{N}:fence` — the fencing counter.
     pub(crate) fence: String,
-    /// `P:{N}:waiting` — the clients waiting for a `Mutex`, a sorted set in the order they
-    /// began to wait, so that a release names the first (a flag, for the other primitives).
+    /// `P:{N}:waiting` — the clients waiting for a `Mutex`, a sorted set scored by the hold
+    /// during which each began to wait, so that a release names the first (a flag, for the
+    /// other primitives).
     pub(crate) waiting: String,
     /// `P:{N}:ch` — the channel on which a release is announced.
     pub(crate) channel: Arc<str>,

@@ -19,12 +19,15 @@ return 0
 pub const ACQUIRE_LUA: &str = concat!(
     include_str!("../../src/lease/lua/errors.lua"),
     include_str!("../../src/lease/lua/fence.lua"),
+    include_str!("../../src/lease/lua/announce.lua"),
+    include_str!("../../src/primitives/mutex/waiters.lua"),
     include_str!("../../src/primitives/mutex/take.lua"),
     include_str!("../../src/primitives/mutex/acquire.lua"),
 );
 
 pub const CRATE_RELEASE_LUA: &str = concat!(
     include_str!("../../src/lease/lua/announce.lua"),
+    include_str!("../../src/primitives/mutex/waiters.lua"),
     include_str!("../../src/primitives/mutex/release.lua"),
 );
 
@@ -253,6 +256,7 @@ pub fn crate_scripts_cycle(mut conn: redis::Connection, tag: &str) -> Cycle<'sta
             .key(&waiting)
             .arg(&token)
             .arg(30_000)
+            .arg("")
             .invoke(&mut conn)
             .expect("acquire");
         assert_eq!(ok, 1);

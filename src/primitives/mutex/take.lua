@@ -3,7 +3,7 @@
 -- table with `err`). `waits` says what the caller does if the lock is held: '' gives up,
 -- 'wait' waits (a failure adds its client to the lock's waiting clients), 'more' waits and
 -- other threads of its client wait too (a take also keeps the client among the waiting,
--- behind every client waiting now).
+-- behind every client that began to wait before this hold).
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
 local function take_lock(lock, fence, waiting, token, lease, waits)
   local previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
@@ -29,7 +29,8 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     local taken, bad = take_fence(lock, fence)
     if bad then return bad end
     if waits == 'more' then
-      register_waiter(waiting, token, 2 * tonumber(lease))
+      -- Behind every client that began to wait before this hold.
+      register_waiter(waiting, token, taken, 2 * tonumber(lease))
     end
     return {1, taken}
   end
@@ -38,7 +39,10 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
   end
   if waits ~= '' then
-    register_waiter(waiting, token, ttl + tonumber(lease))
+    -- Waiting since the current hold (whose fencing token is the counter's value).
+    local since = redis.pcall('GET', fence)
+    register_waiter(waiting, token, tonumber(type(since) == 'string' and since or '0') or 0,
+      ttl + tonumber(lease))
   end
   return {0, ttl}
 end
