@@ -54,7 +54,9 @@ fn a_release_wakes_one_waiting_client_and_clients_take_turns_in_the_order_they_c
         // A new client attempts, subscribes, and attempts again so as to miss no release.
         assert!(eventually(LIMIT, || c.stats().attempts == 2));
         let n = threads.len();
-        assert!(eventually(LIMIT, || waiting_clients(&server, "turns").len() == n));
+        assert!(eventually(LIMIT, || waiting_clients(&server, "turns")
+            .len()
+            == n));
         // Clients are ordered by the hold during which they began to wait (those of one hold
         // in no particular order): as if the lock had changed hands before the next came.
         let _: i64 = server.conn().incr("redmutex:{turns}:fence", 1).unwrap();
