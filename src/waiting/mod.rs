@@ -68,9 +68,9 @@ impl Waiting<'_> {
 /// count and the lock's remaining lease from then: it saves an attempt here. So does a
 /// [`Baton`] left by the previous leader, which took the lock while this thread waited.
 ///
-/// `attempt` is told whether other threads of this client wait in the gate: a lock taken then
-/// keeps the client among the lock's waiting clients in Redis, and the leader hands its
-/// subscription on to the next.
+/// With a filter (releases name one client), `attempt` is told whether other threads of
+/// this client wait in the gate: a lock taken then keeps the client among the lock's waiting
+/// clients in Redis, and the leader hands its subscription on to the next.
 #[cold]
 pub(crate) fn contend<W>(
     w: Waiting<'_>,
@@ -84,6 +84,9 @@ pub(crate) fn contend<W>(
     let Some(pass) = w.gates.lead(lock_key, deadline) else {
         return wait.finish(Ok(None));
     };
+    // Releases that name one client: its threads pass the turn on (see `attempt` above).
+    // Other releases wake every waiter, and each leader attempts.
+    let named = filter.is_some();
     let (subscription, mut skip_attempt) = match (pass.take_baton(), early) {
         // The lock is a sibling's, and this client waits in Redis: wait for its turn.
         (Some(baton), _) => (Some(baton.subscription), Some((baton.seen, Duration::MAX))),
@@ -100,7 +103,7 @@ pub(crate) fn contend<W>(
             Some(earlier) => earlier,
             None => {
                 let seen = pause.seen();
-                let more = pass.others_inside();
+                let more = named && pass.others_inside();
                 match attempt(more) {
                     Ok(Attempt::Acquired(won)) => {
                         if more {
