@@ -362,6 +362,7 @@ static WITHDRAW: LazyLock<Script> =
 
 /// The release of a shared value, which names the next waiting client as a `Mutex`'s does
 /// (the body given).
+#[cfg(feature = "serde")]
 pub(crate) fn with_waiters(body: &str) -> Script {
     compose(&[ANNOUNCE, WAITERS, body])
 }
