@@ -1,6 +1,7 @@
 //! `Semaphore` on a real `redis-server`: never more holders than permits, all-or-nothing
 //! `acquire_many`, a dead holder's permits coming back after its lease, a release waking few
-//! waiters, the stored permit count, and bad input.
+//! waiters (and every waiting thread a freed permit lets in), the stored permit count, and bad
+//! input.
 
 mod support;
 
@@ -205,6 +206,42 @@ fn a_release_of_one_permit_wakes_one_waiter_not_all() {
         within(LIMIT, move || t.join().unwrap());
     }
     assert_eq!(got.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn threads_of_one_client_take_every_permit_a_release_frees() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    // Re-checks once a minute: only the release and the waiters' own attempts can let them in.
+    let waiter = Client::builder()
+        .default_lease(Duration::from_secs(180))
+        .renewal_interval(Duration::from_secs(60))
+        .open(server.url())
+        .unwrap();
+    let held = holder.semaphore("pair", 2).acquire_many(2).unwrap();
+    let got = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let sem = waiter.semaphore("pair", 2);
+            let got = Arc::clone(&got);
+            std::thread::spawn(move || {
+                let permit = sem.try_acquire_for(LIMIT).unwrap().expect("a permit");
+                got.fetch_add(1, Ordering::SeqCst);
+                // Held until both have one.
+                std::thread::sleep(Duration::from_secs(1));
+                drop(permit);
+            })
+        })
+        .collect();
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 2));
+    held.unlock().unwrap();
+    // Both permits freed at once: the thread that took the first leaves the next waiting
+    // thread to attempt at once (not to wait for another release, or a re-check a minute on).
+    let both = || got.load(Ordering::SeqCst) == 2;
+    assert!(eventually(Duration::from_secs(20), both));
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
 }
 
 #[test]
