@@ -303,8 +303,9 @@ pub(crate) fn protocol() -> &'static dyn Protocol {
 /// `register_waiter` and `name_next`: the clients waiting for a lock (needs `ANNOUNCE`).
 const WAITERS: &str = include_str!("mutex/waiters.lua");
 
-/// `take_lock(lock, fence, waiting, token, lease, more)`: the acquire script's body, with
-/// the helpers it needs but `ERRORS` and `FENCE`, for scripts that take locks.
+/// `take_lock(lock, fence, waiting, token, lease, waits)`: the acquire script's body, with
+/// the helpers it needs but `ERRORS` and `FENCE` (`ANNOUNCE` and [`WAITERS`] are inlined, as
+/// `concat!` takes literals only), for scripts that take locks.
 pub(crate) const TAKE_LOCK: &str = concat!(
     include_str!("../lease/lua/announce.lua"),
     include_str!("mutex/waiters.lua"),
@@ -312,8 +313,9 @@ pub(crate) const TAKE_LOCK: &str = concat!(
 );
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
-/// (token, lease, whether the caller and more threads of its client wait) of a `Mutex`'s acquire, for the
-/// scripts built on `take_lock`; a script that needs more adds its keys after these.
+/// (token, lease, whether the caller and more threads of its client wait) of a `Mutex`'s
+/// acquire, for the scripts built on `take_lock`; a script that needs more adds its keys
+/// after these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
     ScriptCall::new(script)
@@ -327,21 +329,6 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
             (true, false) => "wait",
             (true, true) => "more",
         })
-}
-
-/// The filter of a `Mutex` waiter's subscription: a release names one waiting client, and
-/// only that client's leading waiter attempts.
-pub(crate) fn wake_filter(client_id: &str) -> Option<Arc<str>> {
-    Some(Arc::from(client_id))
-}
-
-/// Takes the client of `token` out of the lock's waiting clients: see `mutex/withdraw.lua`.
-pub(crate) fn withdraw_call(keys: &LockKeys, token: &str) -> ScriptCall {
-    ScriptCall::new(&WITHDRAW)
-        .key(&keys.lock)
-        .key(&keys.waiting)
-        .arg(token)
-        .arg(&*keys.channel)
 }
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
@@ -399,12 +386,22 @@ impl Protocol for MutexProtocol {
         Arc::clone(&keys.channel)
     }
 
+    /// A release names one waiting client (its id is the message), and only that client's
+    /// leading waiter attempts.
     fn wake_filter(&self, client_id: &str) -> Option<Arc<str>> {
-        wake_filter(client_id)
+        Some(Arc::from(client_id))
     }
 
+    /// Takes the client of `token` out of the lock's waiting clients, unless other threads of
+    /// the client still wait: see `mutex/withdraw.lua`.
     fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) -> Option<ScriptCall> {
-        (!others_wait).then(|| withdraw_call(keys, token))
+        (!others_wait).then(|| {
+            ScriptCall::new(&WITHDRAW)
+                .key(&keys.lock)
+                .key(&keys.waiting)
+                .arg(token)
+                .arg(&*keys.channel)
+        })
     }
 }
 
