@@ -10,16 +10,15 @@ use redis::Script;
 use crate::config::millis;
 use crate::connection::{slot_of, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::lease::scripts::with_fence;
 use crate::lease::LockContext;
-use crate::primitives::mutex::TAKE_LOCK;
+use crate::primitives::mutex::taking_locks;
 use crate::primitives::{Mutex, MutexGuard};
 use crate::stats::Counters;
 
 /// Takes the locks of one slot in order, up to the first held one: see
 /// `multi_lock/acquire.lua`.
 static ACQUIRE_TOGETHER: LazyLock<Script> =
-    LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("multi_lock/acquire.lua")].concat()));
+    LazyLock::new(|| taking_locks(include_str!("multi_lock/acquire.lua")));
 
 /// The scripts of this primitive, for the test that loads every script into Redis.
 #[cfg(test)]

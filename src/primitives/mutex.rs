@@ -303,18 +303,15 @@ pub(crate) fn protocol() -> &'static dyn Protocol {
 /// `register_waiter` and `name_next`: the clients waiting for a lock (needs `ANNOUNCE`).
 const WAITERS: &str = include_str!("mutex/waiters.lua");
 
-/// `take_lock(lock, fence, waiting, token, lease, waits)`: the acquire script's body, with
-/// the helpers it needs but `ERRORS` and `FENCE` (`ANNOUNCE` and [`WAITERS`] are inlined, as
-/// `concat!` takes literals only), for scripts that take locks.
-pub(crate) const TAKE_LOCK: &str = concat!(
-    include_str!("../lease/lua/announce.lua"),
-    include_str!("mutex/waiters.lua"),
-    include_str!("mutex/take.lua")
-);
+/// A script whose body may call `take_lock(lock, fence, waiting, token, lease, waits)` (see
+/// `mutex/take.lua`), with the helpers it needs: for the scripts that take `Mutex` locks.
+pub(crate) fn taking_locks(body: &str) -> Script {
+    with_fence(&[ANNOUNCE, WAITERS, include_str!("mutex/take.lua"), body].concat())
+}
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
 /// (token, lease, whether the caller and more threads of its client wait) of a `Mutex`'s
-/// acquire, for the scripts built on `take_lock`; a script that needs more adds its keys
+/// acquire, for the scripts built with [`taking_locks`]; a script that needs more adds its keys
 /// after these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
@@ -333,7 +330,7 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("mutex/acquire.lua")].concat()));
+    LazyLock::new(|| taking_locks(include_str!("mutex/acquire.lua")));
 
 /// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
 static RELEASE: LazyLock<Script> =

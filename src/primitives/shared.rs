@@ -20,13 +20,12 @@ pub use guard::SharedGuard;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::with_fence;
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
-use crate::primitives::mutex::{self, with_waiters, TAKE_LOCK};
+use crate::primitives::mutex::{self, taking_locks, with_waiters};
 
 /// Takes the lock and reads the value: see `shared/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| with_fence(&[TAKE_LOCK, include_str!("shared/acquire.lua")].concat()));
+    LazyLock::new(|| taking_locks(include_str!("shared/acquire.lua")));
 
 /// Writes the value and releases: see `shared/release.lua`.
 static RELEASE_WITH: LazyLock<Script> =

@@ -145,10 +145,8 @@ impl Drop for GatePass<'_> {
             self.gate.turn.notify_one();
         }
         let empty = state.inside == 0;
-        let baton = match empty {
-            true => state.baton.take(),
-            false => None,
-        };
+        // The baton's subscription is dropped outside the gate's lock.
+        let baton = if empty { state.baton.take() } else { None };
         drop(state);
         drop(baton);
         if empty {

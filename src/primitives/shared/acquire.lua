@@ -3,7 +3,8 @@
 --
 -- KEYS[1..3]: as for mutex/acquire.lua (lock, fencing counter, waiting clients); KEYS[4]: the
 -- value.
--- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds, more waiters).
+-- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds, what the caller does
+-- if the lock is held).
 -- Reply: `{1, fencing_token, value}` when taken (`{1, fencing_token}` when no value is
 -- stored); `{0, ms}` when held. Errors with `WRONGTYPE` (changing nothing) when the value key
 -- is not a string, and as mutex/acquire.lua otherwise. Needs errors.lua, fence.lua,
