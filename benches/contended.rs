@@ -99,7 +99,8 @@ const HOLD: Duration = Duration::from_micros(200);
 
 /// A worker process: `threads` threads take the lock until `run` is over, printing one line
 /// per acquisition: `EV <thread> <asked_ns> <acquired_ns> <released_ns>`, then the client's
-/// acquire attempts and acquisitions: `ST <attempts> <acquisitions>`.
+/// acquire attempts and acquisitions, and of those the locks handed over by a release without
+/// an attempt: `ST <attempts> <acquisitions> <handed over>`.
 fn worker(args: &[String]) {
     let url = &args[0];
     let fair = args[1] == "fair";
@@ -144,7 +145,11 @@ fn worker(args: &[String]) {
         }
     }
     let stats = client.stats();
-    let _ = writeln!(out, "ST {} {}", stats.attempts, stats.acquisitions);
+    let _ = writeln!(
+        out,
+        "ST {} {} {}",
+        stats.attempts, stats.acquisitions, stats.handed_over
+    );
     let _ = writeln!(out, "END");
 }
 
@@ -259,7 +264,7 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
         })
         .collect();
     let mut events: Vec<(usize, u64, u64, u64)> = Vec::new();
-    let (mut attempts, mut acquired) = (0u64, 0u64);
+    let (mut attempts, mut acquired, mut handed) = (0u64, 0u64, 0u64);
     for mut child in children {
         let stdout = child.stdout.take().expect("stdout");
         for line in BufReader::new(stdout).lines() {
@@ -269,9 +274,10 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
                 let n = |i: usize| f[i].parse::<u64>().expect("number");
                 events.push((n(1) as usize, n(2), n(3), n(4)));
             }
-            if f.len() == 3 && f[0] == "ST" {
+            if f.len() == 4 && f[0] == "ST" {
                 attempts += f[1].parse::<u64>().expect("attempts");
                 acquired += f[2].parse::<u64>().expect("acquisitions");
+                handed += f[3].parse::<u64>().expect("handed over");
             }
         }
         assert!(child.wait().expect("wait").success(), "a worker failed");
@@ -310,7 +316,8 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
             0.0
         },
         acquisitions: events.len(),
-        failed_attempts_per_acquisition: attempts.saturating_sub(acquired) as f64
+        // An acquisition handed over by a release took no attempt of its own.
+        failed_attempts_per_acquisition: attempts.saturating_sub(acquired - handed) as f64
             / acquired.max(1) as f64,
     }
 }

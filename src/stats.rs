@@ -32,6 +32,9 @@ pub struct Stats {
     pub reentries: u64,
     /// Acquire attempts sent to Redis, successful or not.
     pub attempts: u64,
+    /// Of the acquisitions, locks that a release handed to this client's queued waiter (a
+    /// [`FairMutex`](crate::FairMutex)), taken without an attempt.
+    pub handed_over: u64,
     /// Acquires that found the lock held at least once and had to wait or give up.
     pub contended: u64,
     /// Timed or single-attempt acquires that gave up without the lock.
@@ -94,6 +97,7 @@ pub(crate) struct Counters {
     pub(crate) acquisitions: AtomicU64,
     pub(crate) reentries: AtomicU64,
     pub(crate) attempts: AtomicU64,
+    pub(crate) handed_over: AtomicU64,
     pub(crate) contended: AtomicU64,
     pub(crate) gave_up: AtomicU64,
     pub(crate) wait_nanos: AtomicU64,
@@ -143,6 +147,7 @@ impl Counters {
             acquisitions: get(&self.acquisitions),
             reentries: get(&self.reentries),
             attempts: get(&self.attempts),
+            handed_over: get(&self.handed_over),
             contended: get(&self.contended),
             gave_up: get(&self.gave_up),
             wait_time: Duration::from_nanos(get(&self.wait_nanos)),

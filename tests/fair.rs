@@ -166,9 +166,11 @@ fn threads_acquire_in_queue_order_and_releases_wake_only_the_next() {
     }
     let got: Vec<usize> = rx.try_iter().collect();
     assert_eq!(got, [0, 1, 2, 3, 4, 5]);
-    // Each release wakes one waiter, which takes the lock at its first attempt.
-    let attempts = waiters.stats().attempts - attempts_before;
-    assert!(attempts <= 6 + 3, "{attempts} attempts for 6 hand-offs");
+    // Each release hands the lock to the next waiter, which owns it without an attempt.
+    let stats = waiters.stats();
+    let attempts = stats.attempts - attempts_before;
+    assert!(attempts <= 3, "{attempts} attempts for 6 hand-offs");
+    assert!(stats.handed_over >= 3, "{} hand-offs", stats.handed_over);
     assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
 }
 
@@ -236,4 +238,134 @@ fn waiters_dropped_from_the_queue_join_again_while_the_lock_is_held() {
     for t in threads {
         assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
     }
+}
+
+/// A waiter with the default lease, so that its place outlives it by 30 s.
+#[test]
+fn fair_long_waiter_entry() {
+    let Some((role, url, _)) = support::worker_role() else {
+        return;
+    };
+    assert_eq!(role, "long-waiter");
+    let client = Client::open(url).unwrap();
+    println!("QUEUEING");
+    let _ = client
+        .fair_mutex("line")
+        .try_lock_for(Duration::from_secs(600));
+}
+
+/// The lock's remaining lease in Redis, ms.
+fn pttl(server: &RedisServer) -> i64 {
+    server.conn().pttl("redmutex:{line}").unwrap()
+}
+
+/// Starts a thread of `client` that queues for the lock and returns the fencing token it
+/// got, and whether its lease was then renewed past the hand-off's one-second claim.
+fn queued_waiter(
+    client: &Client,
+    lease: Option<Duration>,
+    server: &RedisServer,
+) -> std::thread::JoinHandle<(u64, bool)> {
+    let (client, url) = (client.clone(), server.url());
+    std::thread::spawn(move || {
+        let m = client.fair_mutex("line");
+        let m = match lease {
+            Some(lease) => m.with_lease(lease),
+            None => m,
+        };
+        let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let renewed = eventually(LIMIT, || {
+            conn.pttl::<_, i64>("redmutex:{line}").unwrap() > 1500
+        });
+        let fence = g.fencing_token();
+        g.unlock().unwrap();
+        (fence, renewed)
+    })
+}
+
+#[test]
+fn a_release_hands_the_lock_to_the_next_waiter_which_owns_it_without_an_attempt() {
+    let server = RedisServer::start();
+    let holder = Client::open(server.url()).unwrap();
+    let waiter = Client::open(server.url()).unwrap();
+    let g = holder.fair_mutex("line").lock().unwrap();
+    let t = queued_waiter(&waiter, None, &server);
+    assert!(eventually(LIMIT, || queue_len(&server) == 1));
+    let before = waiter.stats();
+    let fence = g.fencing_token();
+    g.unlock().unwrap();
+    let (handed, renewed) = within(LIMIT, move || t.join().unwrap());
+    assert_eq!(handed, fence + 1);
+    assert!(renewed, "the claim was not renewed to the lease");
+    let after = waiter.stats();
+    assert_eq!(
+        after.attempts, before.attempts,
+        "the waiter attempted again"
+    );
+    assert_eq!(after.handed_over, 1);
+    assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
+}
+
+#[test]
+fn a_waiter_with_a_fixed_lease_takes_a_handed_over_lock_with_one_attempt() {
+    let server = RedisServer::start();
+    let holder = Client::open(server.url()).unwrap();
+    let waiter = Client::open(server.url()).unwrap();
+    let g = holder.fair_mutex("line").lock().unwrap();
+    let t = queued_waiter(&waiter, Some(Duration::from_secs(30)), &server);
+    assert!(eventually(LIMIT, || queue_len(&server) == 1));
+    let before = waiter.stats();
+    let fence = g.fencing_token();
+    g.unlock().unwrap();
+    let (taken, renewed) = within(LIMIT, move || t.join().unwrap());
+    // Only an attempt sets a fixed lease: it finds the claim holding its token.
+    assert!(taken > fence);
+    assert!(renewed, "the fixed lease was not set");
+    let after = waiter.stats();
+    assert_eq!(after.attempts, before.attempts + 1);
+    assert_eq!(after.handed_over, 0);
+    assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
+}
+
+#[test]
+fn a_waiter_killed_just_before_its_turn_holds_the_next_one_up_for_the_claim_only() {
+    let server = RedisServer::start();
+    let holder = Client::open(server.url()).unwrap();
+    let g = holder.fair_mutex("line").lock().unwrap();
+    // The next in line: its place in the queue outlives it by the default 30 s.
+    let mut doomed =
+        support::spawn_worker("fair_long_waiter_entry", "long-waiter", &server.url(), "");
+    support::read_marker(&mut doomed, "QUEUEING");
+    assert!(eventually(LIMIT, || queue_len(&server) == 1));
+    // Behind it, a client that re-checks every second.
+    let survivor = Client::builder()
+        .renewal_interval(Duration::from_secs(1))
+        .open(server.url())
+        .unwrap();
+    let t = queued_waiter(&survivor, None, &server);
+    assert!(eventually(LIMIT, || queue_len(&server) == 2));
+    // It dies at the worst moment: first in line, its place still alive, just before the
+    // release hands it the lock.
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let fence = g.fencing_token();
+    g.unlock().unwrap();
+    let started = std::time::Instant::now();
+    assert!(
+        pttl(&server) <= 1000,
+        "the dead waiter got more than the claim"
+    );
+    let (taken, renewed) = within(LIMIT, move || t.join().unwrap());
+    // The release handed the lock to the dead waiter (one fencing token), whose claim ran
+    // out; the survivor took it at its next re-check, long before the dead waiter's place
+    // (30 s) or a lease would have run out.
+    assert_eq!(taken, fence + 2);
+    assert!(renewed);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the survivor waited {:?}",
+        started.elapsed()
+    );
+    assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
 }

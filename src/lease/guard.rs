@@ -43,6 +43,11 @@ impl LeaseGuard {
         }
     }
 
+    /// The id of this hold's registration with the renewal thread (none for a fixed lease).
+    pub(crate) fn renewal_id(&self) -> Option<u64> {
+        self.hold.renewal_id
+    }
+
     pub(crate) fn fencing_token(&self) -> u64 {
         self.hold.fencing_token
     }

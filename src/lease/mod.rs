@@ -19,7 +19,7 @@ mod state;
 pub(crate) use context::LockContext;
 pub(crate) use guard::LeaseGuard;
 pub use poison::PoisonInfo;
-pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle};
+pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 pub(crate) use raw_lock::RawLock;
 pub use state::LeaseWatch;
 pub(crate) use state::{LeaseState, LostReason};

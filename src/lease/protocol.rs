@@ -27,6 +27,12 @@ pub(crate) enum WaitStyle {
     Queue,
 }
 
+/// How long a lock that a release hands straight to the next queued waiter is held for that
+/// waiter before the waiter renews it to its lease (its claim): a waiter that died before
+/// its turn holds the others up this long at most. The waiter relies on the claim only while
+/// at least half of it is surely ahead; later, it attempts instead.
+pub(crate) const HAND_OFF_CLAIM: Duration = Duration::from_secs(1);
+
 /// One acquire attempt, as a protocol's acquire script takes it.
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,

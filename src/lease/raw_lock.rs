@@ -3,6 +3,7 @@
 //! acknowledgement, renewal registration, and the choice of waiting loop.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use crate::lease::cleanup::Cleanup;
 use crate::lease::context::LockContext;
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
-use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle};
+use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
 use crate::lease::reply::AcquireReply;
@@ -30,6 +31,16 @@ fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str>
         None => Cow::Borrowed(&ctx.config.key_prefix),
         Some(ns) => Cow::Owned(format!("{}:{ns}", ctx.config.key_prefix)),
     }
+}
+
+/// When a queued waiter's last attempt was sent, by this machine's clock, and when it ran, by
+/// the server's: a lock that a release hands to the waiter later, with a claim that ends at
+/// server time `end`, is surely held until `sent_at + (end - server_ms)` (the attempt ran
+/// after it was sent).
+#[derive(Clone, Copy)]
+struct Contact {
+    sent_at: Instant,
+    server_ms: i64,
 }
 
 /// A named lock of one protocol, made from one client. Cheap to clone.
@@ -247,7 +258,7 @@ impl RawLock {
         let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
-        let attempt = |more| self.attempt(keys, lease, token, may_wait, more);
+        let attempt = |more| self.attempt(keys, lease, token, (may_wait, more), None);
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
                 waiting::contend(
@@ -333,7 +344,7 @@ impl RawLock {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
         }
-        match self.attempt(keys, lease, &token, false, false)? {
+        match self.attempt(keys, lease, &token, (false, false), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -364,6 +375,7 @@ impl RawLock {
             token: Arc::clone(token),
             dropped: Arc::clone(&dropped),
         })?;
+        let contact = Cell::new(None);
         let result = self.waiting(|| {
             waiting::queue(
                 ctx.waiting(),
@@ -372,7 +384,10 @@ impl RawLock {
                 confirm,
                 deadline,
                 &dropped,
-                || self.attempt(keys, lease, token, true, false),
+                (
+                    || self.attempt(keys, lease, token, (true, false), Some(&contact)),
+                    |note| self.take_handed(keys, token, note, contact.get()),
+                ),
                 || self.leave(keys, token),
             )
         });
@@ -402,13 +417,17 @@ impl RawLock {
     /// call is sent once more on a fresh connection: an acquire script that finds its own
     /// token treats the lock as taken, so this is safe. Any other unknown outcome (a time-out)
     /// is reported at once, and the token-checked clean-up goes to the renewal thread.
+    ///
+    /// `queue`: whether a failed attempt waits (in the queue, for a queue-style protocol);
+    /// `more`: whether other threads of this client wait too. A queued waiter's `contact` is
+    /// set from each failed attempt that carries the server's clock.
     fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
-        queue: bool,
-        more: bool,
+        (queue, more): (bool, bool),
+        contact: Option<&Cell<Option<Contact>>>,
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
@@ -445,23 +464,30 @@ impl RawLock {
                         taken: 1,
                         value: fencing_token,
                         payload,
+                        ..
                     },
                     _,
                 )) => {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
-                    let guard = self.acquired(keys, lease, token, fencing_token, sent_at)?;
+                    let guard = self.acquired(keys, token, fencing_token, sent_at + lease)?;
                     Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
                 Ok((
                     AcquireReply {
                         taken: 0,
                         value: wait_ms,
+                        server_ms,
                         ..
                     },
                     _,
-                )) => Ok(Attempt::Held(Duration::from_millis(
-                    u64::try_from(wait_ms).unwrap_or(0),
-                ))),
+                )) => {
+                    if let (Some(contact), Some(server_ms)) = (contact, server_ms) {
+                        contact.set(Some(Contact { sent_at, server_ms }));
+                    }
+                    Ok(Attempt::Held(Duration::from_millis(
+                        u64::try_from(wait_ms).unwrap_or(0),
+                    )))
+                }
                 Ok((AcquireReply { taken, value, .. }, _)) => Err(Error::new(
                     ErrorKind::Server,
                     format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
@@ -480,17 +506,18 @@ impl RawLock {
         }
     }
 
+    /// The guard of a lock taken with `token`, surely held until `expires_at`, registered for
+    /// renewal when its lease is not fixed; a lock that cannot be renewed is given back.
     fn acquired(
         &self,
         keys: &Arc<LockKeys>,
-        lease: Duration,
         token: &str,
         fencing_token: u64,
-        sent_at: Instant,
+        expires_at: Instant,
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
         let token: Arc<str> = Arc::from(token);
-        let lease_state = LeaseState::new(sent_at + lease);
+        let lease_state = LeaseState::new(expires_at);
         let renewal_id = match self.fixed_lease {
             Some(_) => None,
             None => {
@@ -504,7 +531,7 @@ impl RawLock {
                 match ctx.renewal.register(registration) {
                     Ok(id) => Some(id),
                     Err(e) => {
-                        self.roll_back(keys, &token, sent_at + lease);
+                        self.roll_back(keys, &token, expires_at);
                         return Err(e);
                     }
                 }
@@ -529,6 +556,41 @@ impl RawLock {
         Ok(LeaseGuard::new(Arc::clone(ctx), hold))
     }
 
+    /// The guard of a lock that a release handed to this queued waiter, with the `note` that
+    /// came with it: the fencing token, and when the claim ends by the server's clock. The
+    /// renewal thread renews the claim to the lease at once. `None` when the waiter attempts
+    /// instead, which takes the lock if the claim still holds its token: when less than half
+    /// of the claim is surely ahead, when the lease is fixed (only an attempt sets it), or
+    /// when replicas must acknowledge the acquire.
+    fn take_handed(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &str,
+        note: &str,
+        contact: Option<Contact>,
+    ) -> Option<LeaseGuard> {
+        let contact = contact?;
+        if self.fixed_lease.is_some() || self.ctx.config.replica_acks.is_some() {
+            return None;
+        }
+        let mut fields = note.split(' ');
+        let fencing_token: u64 = fields.next()?.parse().ok()?;
+        let claim_end: i64 = fields.next()?.parse().ok()?;
+        let ahead = u64::try_from(claim_end.checked_sub(contact.server_ms)?).ok()?;
+        let ahead = Duration::from_millis(ahead);
+        // The two clocks may run apart a little over a long wait: 0.1 % of it is allowed.
+        let held_until = contact.sent_at + ahead - ahead / 1000;
+        if Instant::now() + HAND_OFF_CLAIM / 2 > held_until {
+            return None;
+        }
+        let guard = self.acquired(keys, token, fencing_token, held_until).ok()?;
+        Counters::add(&self.ctx.counters.handed_over, 1);
+        if let Some(id) = guard.renewal_id() {
+            self.ctx.renewal.renew_soon(id);
+        }
+        Some(guard)
+    }
+
     /// The keys, lease and a new token for an attempt that a script taking several locks at
     /// once makes for this lock; or why it cannot be taken.
     pub(crate) fn prepare_elsewhere(&self) -> Result<(&Arc<LockKeys>, Duration, Arc<str>)> {
@@ -548,7 +610,7 @@ impl RawLock {
     ) -> Result<LeaseGuard> {
         let keys = self.keys()?;
         let lease = self.lease()?;
-        self.acquired(keys, lease, token, fencing_token, sent_at)
+        self.acquired(keys, token, fencing_token, sent_at + lease)
     }
 
     /// Has the renewal thread give back this lock, taken with `token` by a script that took

@@ -86,6 +86,10 @@ impl Registry {
         self.shard(id).lock().remove(&id);
     }
 
+    fn get(&self, id: u64) -> Option<Registration> {
+        self.shard(id).lock().get(&id).cloned()
+    }
+
     fn contains(&self, id: u64) -> bool {
         self.shard(id).lock().contains_key(&id)
     }
@@ -120,6 +124,9 @@ struct Worker {
 /// What the client's side and the thread share.
 struct Shared {
     registry: Registry,
+    /// Registrations to renew now rather than at the next tick (locks handed over with a
+    /// short claim).
+    due: Mutex<Vec<u64>>,
     cleanups: Cleanups,
     connections: Arc<Connections>,
     interval: Duration,
@@ -152,6 +159,7 @@ impl Renewal {
         Renewal {
             shared: Arc::new(Shared {
                 registry: Registry::new(),
+                due: Mutex::default(),
                 cleanups: Cleanups::default(),
                 connections,
                 interval,
@@ -182,6 +190,15 @@ impl Renewal {
             return Err(e);
         }
         Ok(id)
+    }
+
+    /// Has the thread renew a registered lease now, off the caller's thread (a lock handed
+    /// over with a short claim, which the renewal turns into the lease).
+    pub(crate) fn renew_soon(&self, id: u64) {
+        self.shared.due.lock().push(id);
+        if let Some(w) = self.worker.lock().as_ref() {
+            let _ = w.wake.try_send(());
+        }
     }
 
     /// Stops renewing a lease. After this returns, the thread never reports it lost.
@@ -302,6 +319,7 @@ impl RenewalThread {
                     return;
                 }
             }
+            self.renew_due();
             if first_announcement.is_some_and(|at| Instant::now() >= at) {
                 first_announcement = None;
                 self.announce(true);
@@ -367,6 +385,22 @@ impl RenewalThread {
                 })
                 .collect()
         });
+    }
+
+    /// Renews the leases asked for by `Renewal::renew_soon`, in one batch.
+    fn renew_due(&self) {
+        let s = &*self.shared;
+        let due = std::mem::take(&mut *s.due.lock());
+        if due.is_empty() {
+            return;
+        }
+        let batch: Vec<(u64, Registration)> = due
+            .into_iter()
+            .filter_map(|id| s.registry.get(id).map(|r| (id, r)))
+            .collect();
+        if !batch.is_empty() {
+            self.renew_batch(&batch);
+        }
     }
 
     fn renew_all(&self) {

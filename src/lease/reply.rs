@@ -1,5 +1,6 @@
-//! The reply of an acquire script: `{1, fencing token}` or `{0, milliseconds}`, and for a
-//! protocol that keeps a value under its lock, the value's stored bytes after them.
+//! The reply of an acquire script: `{1, fencing token}` or `{0, milliseconds}`; after them,
+//! for a protocol that keeps a value under its lock, the value's stored bytes, and for one
+//! whose releases hand the lock to a queued waiter, the server's clock when a waiter queued.
 
 use redis::{FromRedisValue, ParsingError, Value};
 
@@ -12,6 +13,8 @@ pub(crate) struct AcquireReply {
     /// The bytes that came with the lock (a shared value), when the protocol sends any and
     /// they exist.
     pub(crate) payload: Option<Vec<u8>>,
+    /// The server's clock (ms) when the attempt ran, when the protocol sends it.
+    pub(crate) server_ms: Option<i64>,
 }
 
 impl FromRedisValue for AcquireReply {
@@ -23,14 +26,16 @@ impl FromRedisValue for AcquireReply {
         let (Some(taken), Some(value)) = (items.next(), items.next()) else {
             return Err("an acquire reply has at least two items".into());
         };
-        let payload = match items.next() {
-            None | Some(Value::Nil) => None,
-            Some(bytes) => Some(Vec::<u8>::from_redis_value(bytes)?),
+        let (payload, server_ms) = match items.next() {
+            None | Some(Value::Nil) => (None, None),
+            Some(Value::Int(ms)) => (None, Some(ms)),
+            Some(bytes) => (Some(Vec::<u8>::from_redis_value(bytes)?), None),
         };
         Ok(AcquireReply {
             taken: i64::from_redis_value(taken)?,
             value: i64::from_redis_value(value)?,
             payload,
+            server_ms,
         })
     }
 }

@@ -12,8 +12,8 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
-use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
+use crate::lease::scripts::{with_fence, ANNOUNCE, HOLDER, QUEUE_HEARTBEAT};
+use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle, HAND_OFF_CLAIM};
 use crate::primitives::MutexGuard;
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
@@ -25,8 +25,9 @@ use crate::primitives::MutexGuard;
 /// # Fairness
 ///
 /// A thread that finds the lock held joins a queue kept in Redis and gets the lock when every
-/// waiter ahead of it has had it or has left. A release wakes only the next waiter (on a
-/// channel of its client, with its own token as the message), not everyone.
+/// waiter ahead of it has had it or has left. A release hands the lock straight to the next
+/// waiter and tells only that waiter (on a channel of its client, with its own token in the
+/// message), which then owns the lock without another attempt.
 ///
 /// - [`try_lock`](FairMutex::try_lock) never queues: it takes the lock only when it is free
 ///   and nobody waits.
@@ -34,6 +35,10 @@ use crate::primitives::MutexGuard;
 /// - Waiting costs Redis almost nothing: the client's renewal thread sends the heartbeats of
 ///   all its waiters of one lock in one call, and of those waiting threads only one re-checks
 ///   the lock now and then; the others wait for their own announcement.
+/// - A waiter that died before its turn holds the others up briefly: the release hands it
+///   the lock for a claim of one second, which the waiter turns into its lease when it
+///   hears of it, and which otherwise runs out; the next waiter then takes the lock at its
+///   next re-check.
 /// - A waiter keeps its place alive with that heartbeat.
 ///   A waiter whose process died stops sending it and is skipped at most one
 ///   [default lease](crate::Builder::default_lease) after its last heartbeat (30 s by
@@ -157,7 +162,7 @@ impl FairMutex {
         self.raw.hold_count()
     }
 
-    /// Deletes the lock whoever holds it and wakes the next waiter; see
+    /// Deletes the lock whoever holds it and hands it to the next waiter; see
     /// [`Mutex::force_unlock`](crate::Mutex::force_unlock) (and its warning).
     ///
     /// # Errors
@@ -199,26 +204,31 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     )
 });
 
-/// Releases (or forcibly releases) and wakes the next waiter: see `fair_mutex/release.lua`.
+/// Releases (or forcibly releases) and hands the lock to the next waiter: see
+/// `fair_mutex/release.lua`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    compose(&[
-        ERRORS,
-        HOLDER,
-        ANNOUNCE,
-        QUEUE,
-        include_str!("fair_mutex/release.lua"),
-    ])
+    with_fence(
+        &[
+            HOLDER,
+            ANNOUNCE,
+            QUEUE,
+            include_str!("fair_mutex/release.lua"),
+        ]
+        .concat(),
+    )
 });
 
 /// Leaves the queue and the lock for good: see `fair_mutex/leave.lua`.
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    compose(&[
-        ERRORS,
-        HOLDER,
-        ANNOUNCE,
-        QUEUE,
-        include_str!("fair_mutex/leave.lua"),
-    ])
+    with_fence(
+        &[
+            HOLDER,
+            ANNOUNCE,
+            QUEUE,
+            include_str!("fair_mutex/leave.lua"),
+        ]
+        .concat(),
+    )
 });
 
 impl FairProtocol {
@@ -237,6 +247,7 @@ impl FairProtocol {
             .arg(token)
             .arg(&keys.waiter_channel_prefix)
             .arg(if force { "force" } else { "release" })
+            .arg(millis(HAND_OFF_CLAIM))
     }
 }
 
@@ -271,6 +282,7 @@ impl Protocol for FairProtocol {
         FairProtocol::call(&LEAVE, keys)
             .arg(token)
             .arg(&keys.waiter_channel_prefix)
+            .arg(millis(HAND_OFF_CLAIM))
     }
 
     fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {

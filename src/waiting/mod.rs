@@ -136,6 +136,10 @@ pub(crate) fn contend<W>(
 /// covers an announcement lost on its way to anyone, and a hundred waiting threads cost
 /// Redis what one does. `dropped` is set (by the renewal thread's heartbeat) when this waiter
 /// was dropped from the queue as dead: it then attempts again at once, to join again.
+///
+/// An announcement that comes with a note handed the lock to this waiter: `handed` makes
+/// what was won of the note, without an attempt, or `None` when the note cannot be relied on
+/// (then the waiter attempts, as after any announcement).
 #[cold]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn queue<W>(
@@ -145,7 +149,10 @@ pub(crate) fn queue<W>(
     confirm: bool,
     deadline: Option<Instant>,
     dropped: &AtomicBool,
-    mut attempt: impl FnMut() -> Result<Attempt<W>>,
+    (mut attempt, mut handed): (
+        impl FnMut() -> Result<Attempt<W>>,
+        impl FnMut(&str) -> Option<W>,
+    ),
     leave: impl FnOnce(),
 ) -> Result<Option<W>> {
     let wait = w.counters.contended_wait();
@@ -186,6 +193,9 @@ pub(crate) fn queue<W>(
         if !waited {
             leave();
             return wait.finish(Ok(None));
+        }
+        if let Some(won) = pause.take_note().and_then(|note| handed(&note)) {
+            return wait.finish(Ok(Some(won)));
         }
     }
 }

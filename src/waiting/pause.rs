@@ -31,6 +31,11 @@ impl Pause {
         self.subscription.take()
     }
 
+    /// The note of the last announcement that came with one (a lock handed over), taken out.
+    pub(crate) fn take_note(&self) -> Option<Box<str>> {
+        self.subscription.as_ref().and_then(Subscription::take_note)
+    }
+
     /// Waits for the subscription to be confirmed by Redis, at most until `by`.
     pub(crate) fn confirm(&self, by: Instant) {
         if let Some(sub) = &self.subscription {

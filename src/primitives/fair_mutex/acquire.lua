@@ -5,16 +5,19 @@
 -- ARGV[1]: token (also the waiter's id); ARGV[2]: lease ms; ARGV[3]: waiter timeout ms;
 -- ARGV[4]: `wait` to queue, `try` not to; ARGV[5]: the waiter channel prefix.
 -- Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the same
--- attempt sent again after its reply was lost); `{0, ms}` when not, where `ms` is how long the
--- caller may wait before checking again (the lock's remaining lease, or the time until the
--- waiter ahead counts as dead). When the lock is free and another live waiter is next, that
+-- attempt sent again after its reply was lost, or a lock a release handed to this waiter);
+-- `{0, ms, now}` when not, where `ms` is how long the caller may wait before checking again
+-- (the lock's remaining lease, or the time until the waiter ahead counts as dead) and `now`
+-- the server's clock (ms) when the attempt ran, against which the waiter reads the claim of a
+-- lock handed to it later. When the lock is free and another live waiter is next, that
 -- waiter is told again.
 -- Errors with `WRONGTYPE` when a key holds the wrong type (nothing is changed).
 -- Needs errors.lua, fence.lua and queue.lua.
 local holder, refused = holder_of(KEYS[1])
 if refused then return refused end
 if holder == ARGV[1] then
-  -- Sent again after its reply was lost, and the first one took it: it is ours.
+  -- Sent again after its reply was lost, and the first one took it, or a release handed it
+  -- over: it is ours.
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   local fence, bad = take_fence(KEYS[1], KEYS[2])
   if bad then return bad end
@@ -56,4 +59,4 @@ if ARGV[4] == 'wait' then
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end
-return {0, wait}
+return {0, wait, now}

@@ -1,8 +1,9 @@
 -- Shared helpers of the fair lock's scripts. Besides the lock and the fencing counter, a fair
 -- lock keeps `P:{N}:queue`, a list of waiter tokens in arrival order, and `P:{N}:timeouts`, a
 -- sorted set of the same tokens scored by when each waiter counts as dead (server time in
--- ms). A waiter's channel is `P:{N}:ch:<client id>`, and the message is its token, so that a
--- release wakes the next waiter only. Needs errors.lua, holder.lua and announce.lua.
+-- ms). A waiter's channel is `P:{N}:ch:<client id>`, and the message starts with its token,
+-- so that a release wakes the next waiter only. Needs errors.lua, fence.lua, holder.lua and
+-- announce.lua.
 -- Drops dead waiters from the head of the queue; returns the live head (or nil).
 local function live_head(queue, timeouts, now)
   local head = redis.call('LINDEX', queue, 0)
@@ -17,12 +18,34 @@ local function live_head(queue, timeouts, now)
   end
   return nil
 end
--- The lock is free: wake the next live waiter, or remove every key when nobody is left.
-local function hand_on(queue, timeouts, fence, prefix)
-  local head = live_head(queue, timeouts, now_ms())
-  if head then
-    wake_waiter(prefix, head)
-  elseif redis.call('LLEN', queue) == 0 then
-    redis.call('DEL', queue, timeouts, fence)
+-- The lock is free: hand it to the next live waiter, or remove every key when nobody is left.
+-- The waiter gets the lock for a claim of `claim_ms` only, so that one that died before its
+-- turn holds the others up that long at most; it renews the lock to its lease when it reads
+-- the message `<token> <fencing token> <claim end, server ms>` on its channel. A waiter that
+-- reads it too late to rely on the claim attempts instead, which takes the lock if the claim
+-- still holds its token.
+local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
+  local now = now_ms()
+  local head = live_head(queue, timeouts, now)
+  if not head then
+    if redis.call('LLEN', queue) == 0 then
+      redis.call('DEL', queue, timeouts, fence)
+    end
+    return
   end
+  redis.call('SET', lock, head, 'PX', claim_ms)
+  local token = next_fence(lock, fence)
+  if not token then
+    -- The fencing counter is not an integer (the lock was given back): the waiter's attempt
+    -- reports it.
+    wake_waiter(prefix, head)
+    return
+  end
+  redis.call('LPOP', queue)
+  redis.call('ZREM', timeouts, head)
+  if redis.call('LLEN', queue) == 0 then
+    redis.call('DEL', queue, timeouts)
+  end
+  announce(prefix .. string.match(head, '^[^:]+'),
+    head .. ' ' .. string.format('%.0f', token) .. ' ' .. string.format('%.0f', now + tonumber(claim_ms)))
 end

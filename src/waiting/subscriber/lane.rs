@@ -385,9 +385,7 @@ impl LaneThread {
         let state = self.shared.state.lock();
         if let Some(channel) = state.channels.get(channel) {
             for r in channel.registrations.values() {
-                if r.filter.as_deref().is_none_or(|f| f == payload) {
-                    r.signal.bump();
-                }
+                r.deliver(payload);
             }
         }
     }

@@ -33,12 +33,14 @@ use push::Flavour;
 /// The name the subscriber threads carry.
 pub(crate) const THREAD_NAME: &str = "redmutex-notify";
 
-/// A waiter's wake-up signal: a counter that the subscriber bumps. Subscriptions to the
-/// channels of several servers (a Redlock waiter's) can share one.
+/// A waiter's wake-up signal: a counter that the subscriber bumps, and the note that came
+/// with the last message (a lock handed over). Subscriptions to the channels of several
+/// servers (a Redlock waiter's) can share one.
 #[derive(Default)]
 pub(crate) struct Signal {
     generation: Mutex<u64>,
     bumped: Condvar,
+    note: Mutex<Option<Box<str>>>,
 }
 
 impl Signal {
@@ -46,12 +48,38 @@ impl Signal {
         *self.generation.lock() += 1;
         self.bumped.notify_all();
     }
+
+    /// Keeps `note` for the waiter, then wakes it.
+    fn bump_with(&self, note: &str) {
+        *self.note.lock() = Some(Box::from(note));
+        self.bump();
+    }
 }
 
 struct Registration {
-    /// Only messages with this payload wake the waiter; `None`: every message does.
+    /// Only messages with this payload, or this payload, a space and a note, wake the
+    /// waiter; `None`: every message does.
     filter: Option<Arc<str>>,
     signal: Arc<Signal>,
+}
+
+impl Registration {
+    /// Wakes the waiter when `payload` is for it, keeping the note that came with it.
+    fn deliver(&self, payload: &str) {
+        let Some(filter) = self.filter.as_deref() else {
+            self.signal.bump();
+            return;
+        };
+        match payload.strip_prefix(filter) {
+            Some("") => self.signal.bump(),
+            Some(rest) => {
+                if let Some(note) = rest.strip_prefix(' ') {
+                    self.signal.bump_with(note);
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 #[derive(Default)]
@@ -410,6 +438,11 @@ impl Subscription {
     /// The current wake-up count; pass it to [`wait`](Self::wait).
     pub(crate) fn seen(&self) -> u64 {
         *self.signal.generation.lock()
+    }
+
+    /// The note of the last message that woke this waiter with one, taken out.
+    pub(crate) fn take_note(&self) -> Option<Box<str>> {
+        self.signal.note.lock().take()
     }
 
     /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.
