@@ -223,6 +223,81 @@ fn ping_rtt(server: &RedisServer, pause: Duration) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// The floor of a hand-off announced by pub/sub, without any lock: after a pause of `pause`,
+/// one client publishes (its call's middle starts the clock, as a release's does); another
+/// connection's reader thread gets the message and wakes a waiting thread through a condition
+/// variable, which stops the clock. The median over 2000 hand-offs: what any lock whose
+/// waiters sleep until a subscriber thread wakes them pays at least, on this machine.
+fn pubsub_floor(server: &RedisServer, pause: Duration) -> Duration {
+    use std::sync::{Condvar, Mutex};
+    let woken = Arc::new((Mutex::new(None::<Instant>), Condvar::new()));
+    let mut subscriber = server.conn();
+    let mut publisher = server.conn();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = {
+        let woken = Arc::clone(&woken);
+        std::thread::spawn(move || {
+            let mut pubsub = subscriber.as_pubsub();
+            pubsub.subscribe("floor").expect("SUBSCRIBE");
+            ready_tx.send(()).expect("ready");
+            loop {
+                let msg = pubsub.get_message().expect("message");
+                let stop = msg.get_payload::<String>().is_ok_and(|p| p == "stop");
+                let (slot, cv) = &*woken;
+                *slot.lock().expect("slot") = Some(Instant::now());
+                cv.notify_one();
+                if stop {
+                    return;
+                }
+            }
+        })
+    };
+    ready_rx.recv().expect("subscribed");
+    let (waiter_tx, waiter_rx) = std::sync::mpsc::channel::<Instant>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let waiter = {
+        let woken = Arc::clone(&woken);
+        std::thread::spawn(move || {
+            while go_rx.recv().is_ok() {
+                let (slot, cv) = &*woken;
+                let mut guard = slot.lock().expect("slot");
+                while guard.is_none() {
+                    guard = cv.wait(guard).expect("wait");
+                }
+                *guard = None;
+                waiter_tx.send(Instant::now()).expect("woken");
+            }
+        })
+    };
+    let mut samples: Vec<Duration> = (0..2000)
+        .map(|_| {
+            go_tx.send(()).expect("go");
+            std::thread::sleep(pause);
+            let start = Instant::now();
+            let _: i64 = redis::cmd("PUBLISH")
+                .arg("floor")
+                .arg("x")
+                .query(&mut publisher)
+                .expect("PUBLISH");
+            let released = start + start.elapsed() / 2;
+            waiter_rx
+                .recv()
+                .expect("woken")
+                .saturating_duration_since(released)
+        })
+        .collect();
+    drop(go_tx);
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg("floor")
+        .arg("stop")
+        .query(&mut publisher)
+        .expect("PUBLISH");
+    let _ = reader.join();
+    let _ = waiter.join();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
 fn percentile(sorted: &[u64], p: f64) -> u64 {
     if sorted.is_empty() {
         return 0;
@@ -450,19 +525,29 @@ fn main() {
     let server = RedisServer::start();
     let hot_rtt_us = ping_rtt(&server, Duration::ZERO).as_secs_f64() * 1e6;
     let rtt_us = ping_rtt(&server, HOLD).as_secs_f64() * 1e6;
+    let floor_us = pubsub_floor(&server, HOLD).as_secs_f64() * 1e6;
     println!(
         "contended hand-off: {} processes x {} threads, hold {:?}, {} rounds of {:?}; \
-         PING round trip {rtt_us:.1} us after a {HOLD:?} pause ({hot_rtt_us:.1} us back to back)",
-        mode.processes, mode.threads, HOLD, mode.rounds, mode.run
+         PING round trip {rtt_us:.1} us after a {HOLD:?} pause ({hot_rtt_us:.1} us back to back); \
+         pub/sub wake-up floor {floor_us:.1} us ({:.2} round trips)",
+        mode.processes,
+        mode.threads,
+        HOLD,
+        mode.rounds,
+        mode.run,
+        floor_us / rtt_us
     );
     let mut json = format!(
         "{{\n  \"benchmark\": \"contended\",\n  \"processes\": {},\n  \"threads\": {},\n  \
          \"hold_us\": {},\n  \"rounds\": {},\n  \"ping_rtt_us\": {rtt_us:.2},\n  \
-         \"ping_rtt_back_to_back_us\": {hot_rtt_us:.2},\n",
+         \"ping_rtt_back_to_back_us\": {hot_rtt_us:.2},\n  \
+         \"pubsub_floor_us\": {floor_us:.2},\n  \
+         \"pubsub_floor_round_trips\": {:.3},\n",
         mode.processes,
         mode.threads,
         HOLD.as_micros(),
-        mode.rounds
+        mode.rounds,
+        floor_us / rtt_us
     );
     for fair in [false, true] {
         let label = if fair { "FairMutex" } else { "Mutex" };

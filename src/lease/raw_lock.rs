@@ -558,7 +558,8 @@ impl RawLock {
 
     /// The guard of a lock that a release handed to this queued waiter, with the `note` that
     /// came with it: the fencing token, and when the claim ends by the server's clock. The
-    /// renewal thread renews the claim to the lease at once. `None` when the waiter attempts
+    /// renewal thread renews the claim to the lease halfway to its end (unless the guard is
+    /// released before). `None` when the waiter attempts
     /// instead, which takes the lock if the claim still holds its token: when less than half
     /// of the claim is surely ahead, when the lease is fixed (only an attempt sets it), or
     /// when replicas must acknowledge the acquire.
@@ -586,7 +587,10 @@ impl RawLock {
         let guard = self.acquired(keys, token, fencing_token, held_until).ok()?;
         Counters::add(&self.ctx.counters.handed_over, 1);
         if let Some(id) = guard.renewal_id() {
-            self.ctx.renewal.renew_soon(id);
+            // Halfway to the claim's end: a short hold is released before and costs no
+            // renewal, and a long one is renewed with half the claim to spare.
+            let now = Instant::now();
+            self.ctx.renewal.renew_at(id, now + (held_until - now) / 2);
         }
         Some(guard)
     }

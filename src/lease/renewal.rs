@@ -124,9 +124,8 @@ struct Worker {
 /// What the client's side and the thread share.
 struct Shared {
     registry: Registry,
-    /// Registrations to renew now rather than at the next tick (locks handed over with a
-    /// short claim).
-    due: Mutex<Vec<u64>>,
+    /// Leases to renew before the next tick (locks handed over with a short claim).
+    due: Mutex<Due>,
     cleanups: Cleanups,
     connections: Arc<Connections>,
     interval: Duration,
@@ -137,6 +136,14 @@ struct Shared {
     counters: Arc<Counters>,
     /// Who this client is, announced while the thread runs.
     identity: Identity,
+}
+
+/// Leases to renew before the next tick, and until when the thread sleeps (`None` while it
+/// works), so that a renewal due earlier wakes it and one due later does not.
+#[derive(Default)]
+struct Due {
+    renewals: Vec<(u64, Instant)>,
+    sleeping_until: Option<Instant>,
 }
 
 /// The client's side of the renewal thread.
@@ -192,10 +199,17 @@ impl Renewal {
         Ok(id)
     }
 
-    /// Has the thread renew a registered lease now, off the caller's thread (a lock handed
-    /// over with a short claim, which the renewal turns into the lease).
-    pub(crate) fn renew_soon(&self, id: u64) {
-        self.shared.due.lock().push(id);
+    /// Has the thread renew a registered lease at `at` rather than at its next tick (a lock
+    /// handed over with a short claim, which the renewal turns into the lease). The thread
+    /// is woken only when it would sleep past `at`; a lease released before then costs
+    /// nothing.
+    pub(crate) fn renew_at(&self, id: u64, at: Instant) {
+        let mut due = self.shared.due.lock();
+        due.renewals.push((id, at));
+        if due.sleeping_until.is_some_and(|until| until <= at) {
+            return;
+        }
+        drop(due);
         if let Some(w) = self.worker.lock().as_ref() {
             let _ = w.wake.try_send(());
         }
@@ -310,7 +324,16 @@ impl RenewalThread {
             if let Some(at) = first_announcement {
                 until = until.min(at);
             }
-            match self.wake.recv_timeout(until.saturating_duration_since(now)) {
+            {
+                let mut due = s.due.lock();
+                if let Some(at) = due.renewals.iter().map(|(_, at)| *at).min() {
+                    until = until.min(at);
+                }
+                due.sleeping_until = Some(until);
+            }
+            let woken = self.wake.recv_timeout(until.saturating_duration_since(now));
+            s.due.lock().sleeping_until = None;
+            match woken {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
                 // Disconnected: the client is gone or shutting down.
                 Err(RecvTimeoutError::Disconnected) => {
@@ -387,13 +410,23 @@ impl RenewalThread {
         });
     }
 
-    /// Renews the leases asked for by `Renewal::renew_soon`, in one batch.
+    /// Renews, in one batch, the leases asked for by `Renewal::renew_at` whose time has come
+    /// and that are still registered.
     fn renew_due(&self) {
         let s = &*self.shared;
-        let due = std::mem::take(&mut *s.due.lock());
-        if due.is_empty() {
-            return;
-        }
+        let now = Instant::now();
+        let due: Vec<u64> = {
+            let mut due = s.due.lock();
+            let mut ids = Vec::new();
+            due.renewals.retain(|(id, at)| {
+                let ready = *at <= now;
+                if ready {
+                    ids.push(*id);
+                }
+                !ready
+            });
+            ids
+        };
         let batch: Vec<(u64, Registration)> = due
             .into_iter()
             .filter_map(|id| s.registry.get(id).map(|r| (id, r)))
