@@ -326,6 +326,8 @@ impl RenewalThread {
             }
             {
                 let mut due = s.due.lock();
+                // A lease released meanwhile needs no renewal, and no wake-up.
+                due.renewals.retain(|(id, _)| s.registry.contains(*id));
                 if let Some(at) = due.renewals.iter().map(|(_, at)| *at).min() {
                     until = until.min(at);
                 }

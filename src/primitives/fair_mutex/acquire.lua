@@ -31,11 +31,9 @@ if not holder and (not head or head == ARGV[1]) then
     redis.call('LPOP', KEYS[3])
     redis.call('ZREM', KEYS[4], ARGV[1])
   end
+  -- (A queue emptied here is gone: Redis deletes an empty list or sorted set.)
   local fence, bad = take_fence(KEYS[1], KEYS[2])
   if bad then return bad end
-  if redis.call('LLEN', KEYS[3]) == 0 then
-    redis.call('DEL', KEYS[3], KEYS[4])
-  end
   return {1, fence}
 end
 local wait = 0
@@ -52,10 +50,10 @@ elseif head then
 end
 if ARGV[4] == 'wait' then
   local ttl = tonumber(ARGV[3])
-  if not redis.call('ZSCORE', KEYS[4], ARGV[1]) then
+  -- A waiter new to the deadlines is new to the queue.
+  if redis.call('ZADD', KEYS[4], now + ttl, ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[1])
   end
-  redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
   redis.call('PEXPIRE', KEYS[3], ttl)
   redis.call('PEXPIRE', KEYS[4], ttl)
 end

@@ -4,9 +4,10 @@
 -- ms). A waiter's channel is `P:{N}:ch:<client id>`, and the message starts with its token,
 -- so that a release wakes the next waiter only. Needs errors.lua, fence.lua, holder.lua and
 -- announce.lua.
--- Drops dead waiters from the head of the queue; returns the live head (or nil).
-local function live_head(queue, timeouts, now)
-  local head = redis.call('LINDEX', queue, 0)
+-- Drops dead waiters from the head of the queue; returns the live head (or nil). `head`: the
+-- queue's first entry when the caller read it already.
+local function live_head(queue, timeouts, now, head)
+  head = head or redis.call('LINDEX', queue, 0)
   while head do
     local expiry = redis.call('ZSCORE', timeouts, head)
     if expiry and tonumber(expiry) > now then
@@ -24,13 +25,13 @@ end
 -- the message `<token> <fencing token> <claim end, server ms>` on its channel. A waiter that
 -- reads it too late to rely on the claim attempts instead, which takes the lock if the claim
 -- still holds its token.
+-- (A queue emptied here is gone: Redis deletes an empty list or sorted set.)
 local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
-  local now = now_ms()
-  local head = live_head(queue, timeouts, now)
+  local first = redis.call('LINDEX', queue, 0)
+  local now = first and now_ms()
+  local head = first and live_head(queue, timeouts, now, first)
   if not head then
-    if redis.call('LLEN', queue) == 0 then
-      redis.call('DEL', queue, timeouts, fence)
-    end
+    redis.call('DEL', timeouts, fence)
     return
   end
   redis.call('SET', lock, head, 'PX', claim_ms)
@@ -43,9 +44,6 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
   end
   redis.call('LPOP', queue)
   redis.call('ZREM', timeouts, head)
-  if redis.call('LLEN', queue) == 0 then
-    redis.call('DEL', queue, timeouts)
-  end
   announce(prefix .. string.match(head, '^[^:]+'),
     head .. ' ' .. string.format('%.0f', token) .. ' ' .. string.format('%.0f', now + tonumber(claim_ms)))
 end

@@ -12,9 +12,5 @@ if not holder or (holder ~= ARGV[1] and ARGV[3] ~= 'force') then
   return 0
 end
 redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[2], KEYS[4])
-  return 1
-end
 hand_on(KEYS[1], KEYS[3], KEYS[4], KEYS[2], ARGV[2], ARGV[4])
 return 1
