@@ -97,10 +97,38 @@ fn now_ns() -> u64 {
 /// How long each holder keeps the lock (sleeping, as for I/O).
 const HOLD: Duration = Duration::from_micros(200);
 
-/// A worker process: `threads` threads take the lock until `run` is over, printing one line
-/// per acquisition: `EV <thread> <asked_ns> <acquired_ns> <released_ns>`, then the client's
-/// acquire attempts and acquisitions, and of those the locks handed over by a release without
-/// an attempt: `ST <attempts> <acquisitions> <handed over>`.
+/// How long a worker takes the lock before the measured run: long enough for its pool's
+/// connections, its subscription and its client announcement (half a second after its first
+/// lock) to be made, so that the run counts what acquisitions cost, not what starting costs.
+const WARM_UP: Duration = Duration::from_millis(800);
+
+/// Takes the lock once and holds it briefly; returns when it was asked for and acquired, and
+/// the middle of its release.
+fn take_once(client: &Client, fair: bool) -> (u64, u64, u64) {
+    let asked = now_ns();
+    let guard = if fair {
+        client.fair_mutex("handoff").lock()
+    } else {
+        client.mutex("handoff").lock()
+    }
+    .expect("lock");
+    let acquired = now_ns();
+    // A brief critical section that waits on I/O, as most do: it leaves the CPU to others (a
+    // busy loop here would measure the 2-core machine).
+    std::thread::sleep(HOLD);
+    let release_start = now_ns();
+    guard.unlock().expect("unlock");
+    // The lock became free in Redis during the release call: take its middle.
+    let released = release_start + (now_ns() - release_start) / 2;
+    (asked, acquired, released)
+}
+
+/// A worker process: `threads` threads take the lock for the warm-up, then the process prints
+/// `READY` and waits for a line on its input; then the threads take the lock until `run` is
+/// over, and the process prints one line per acquisition: `EV <thread> <asked_ns>
+/// <acquired_ns> <released_ns>`, then the client's acquire attempts and acquisitions during
+/// the run, and of those the locks handed over by a release without an attempt: `ST
+/// <attempts> <acquisitions> <handed over>`, then `END`; it exits when its input closes.
 fn worker(args: &[String]) {
     let url = &args[0];
     let fair = args[1] == "fair";
@@ -108,36 +136,39 @@ fn worker(args: &[String]) {
     let run = Duration::from_millis(args[3].parse().expect("run ms"));
     let id: usize = args[4].parse().expect("worker id");
     let client = Client::open(url.as_str()).expect("client");
-    let start = Instant::now();
+    let (warmed, go) = (
+        Arc::new(Barrier::new(threads + 1)),
+        Arc::new(Barrier::new(threads + 1)),
+    );
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let client = client.clone();
+            let (client, warmed, go) = (client.clone(), Arc::clone(&warmed), Arc::clone(&go));
             std::thread::spawn(move || {
+                let warm_up = Instant::now();
+                while warm_up.elapsed() < WARM_UP {
+                    take_once(&client, fair);
+                }
+                warmed.wait();
+                go.wait();
+                let start = Instant::now();
                 let mut events = Vec::new();
                 while start.elapsed() < run {
-                    let asked = now_ns();
-                    let guard = if fair {
-                        client.fair_mutex("handoff").lock()
-                    } else {
-                        client.mutex("handoff").lock()
-                    }
-                    .expect("lock");
-                    let acquired = now_ns();
-                    // A brief critical section that waits on I/O, as most do: it leaves the
-                    // CPU to others (a busy loop here would measure the 2-core machine).
-                    std::thread::sleep(HOLD);
-                    let release_start = now_ns();
-                    guard.unlock().expect("unlock");
-                    // The lock became free in Redis during the release call: take its middle.
-                    let released = release_start + (now_ns() - release_start) / 2;
-                    events.push((asked, acquired, released));
+                    events.push(take_once(&client, fair));
                 }
                 (t, events)
             })
         })
         .collect();
+    warmed.wait();
+    let before = client.stats();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let _ = writeln!(out, "READY");
+    let _ = out.flush();
+    let mut line = String::new();
+    let stdin = std::io::stdin();
+    let _ = stdin.read_line(&mut line);
+    go.wait();
     for h in handles {
         let (t, events) = h.join().expect("worker thread");
         for (asked, acquired, released) in events {
@@ -148,16 +179,21 @@ fn worker(args: &[String]) {
     let _ = writeln!(
         out,
         "ST {} {} {}",
-        stats.attempts, stats.acquisitions, stats.handed_over
+        stats.attempts - before.attempts,
+        stats.acquisitions - before.acquisitions,
+        stats.handed_over - before.handed_over
     );
     let _ = writeln!(out, "END");
+    let _ = out.flush();
+    // Stay connected until the parent counted the commands.
+    let _ = std::io::copy(&mut stdin.lock(), &mut std::io::sink());
 }
 
 /// Commands that only the crate's scripts run in this benchmark: counting them apart tells
 /// the commands clients sent (one per round trip) from those their scripts executed.
 const SCRIPT_INTERNAL: &[&str] = &[
     "get", "set", "del", "incr", "pttl", "publish", "spublish", "time", "lindex", "lpop", "zscore",
-    "zrem", "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type",
+    "zrem", "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type", "zpopmin", "zmscore",
 ];
 
 /// What Redis ran so far, from `INFO commandstats`.
@@ -322,9 +358,7 @@ struct HandoffResult {
 
 fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult {
     let exe = std::env::current_exe().expect("bench binary");
-    let before = command_counts(server);
-    let started = Instant::now();
-    let children: Vec<_> = (0..mode.processes)
+    let mut children: Vec<_> = (0..mode.processes)
         .map(|id| {
             Command::new(&exe)
                 .arg("worker")
@@ -333,16 +367,35 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
                 .arg(mode.threads.to_string())
                 .arg(mode.run.as_millis().to_string())
                 .arg(id.to_string())
+                .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn worker")
         })
         .collect();
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|child| BufReader::new(child.stdout.take().expect("stdout")).lines())
+        .collect();
+    // Every worker connected and took the lock: count from here.
+    for lines in &mut outputs {
+        for line in lines.by_ref() {
+            if line.expect("worker output").trim() == "READY" {
+                break;
+            }
+        }
+    }
+    let before = command_counts(server);
+    let started = Instant::now();
+    for child in &mut children {
+        let stdin = child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "GO").expect("start a worker");
+        stdin.flush().expect("start a worker");
+    }
     let mut events: Vec<(usize, u64, u64, u64)> = Vec::new();
     let (mut attempts, mut acquired, mut handed) = (0u64, 0u64, 0u64);
-    for mut child in children {
-        let stdout = child.stdout.take().expect("stdout");
-        for line in BufReader::new(stdout).lines() {
+    for lines in &mut outputs {
+        for line in lines.by_ref() {
             let line = line.expect("worker output");
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() == 5 && f[0] == "EV" {
@@ -354,12 +407,18 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
                 acquired += f[2].parse::<u64>().expect("acquisitions");
                 handed += f[3].parse::<u64>().expect("handed over");
             }
+            if f.first() == Some(&"END") {
+                break;
+            }
         }
-        assert!(child.wait().expect("wait").success(), "a worker failed");
     }
     let elapsed = started.elapsed();
     let after = command_counts(server);
     let (commands, sent) = (after.all - before.all, after.sent - before.sent);
+    for mut child in children {
+        drop(child.stdin.take());
+        assert!(child.wait().expect("wait").success(), "a worker failed");
+    }
 
     events.sort_by_key(|e| e.2);
     let mut handoffs: Vec<u64> = events

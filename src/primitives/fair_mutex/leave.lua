@@ -13,7 +13,6 @@ redis.call('ZREM', KEYS[4], ARGV[1])
 local holder, refused = holder_of(KEYS[1])
 if refused then return refused end
 if holder == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   removed = 1
   holder = false
 end

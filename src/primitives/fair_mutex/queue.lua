@@ -19,7 +19,8 @@ local function live_head(queue, timeouts, now, head)
   end
   return nil
 end
--- The lock is free: hand it to the next live waiter, or remove every key when nobody is left.
+-- The lock is to be freed (the caller checked that it may be): hand it to the next live
+-- waiter, or remove every key when nobody is left.
 -- The waiter gets the lock for a claim of `claim_ms` only, so that one that died before its
 -- turn holds the others up that long at most; it renews the lock to its lease when it reads
 -- the message `<token> <fencing token> <claim end, server ms>` on its channel. A waiter that
@@ -31,7 +32,7 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
   local now = first and now_ms()
   local head = first and live_head(queue, timeouts, now, first)
   if not head then
-    redis.call('DEL', timeouts, fence)
+    redis.call('DEL', lock, timeouts, fence)
     return
   end
   redis.call('SET', lock, head, 'PX', claim_ms)

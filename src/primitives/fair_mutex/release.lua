@@ -11,6 +11,5 @@ if refused then return refused end
 if not holder or (holder ~= ARGV[1] and ARGV[3] ~= 'force') then
   return 0
 end
-redis.call('DEL', KEYS[1])
 hand_on(KEYS[1], KEYS[3], KEYS[4], KEYS[2], ARGV[2], ARGV[4])
 return 1
