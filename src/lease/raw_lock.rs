@@ -559,10 +559,10 @@ impl RawLock {
     /// The guard of a lock that a release handed to this queued waiter, with the `note` that
     /// came with it: the fencing token, and when the claim ends by the server's clock. The
     /// renewal thread renews the claim to the lease halfway to its end (unless the guard is
-    /// released before). `None` when the waiter attempts
-    /// instead, which takes the lock if the claim still holds its token: when less than half
-    /// of the claim is surely ahead, when the lease is fixed (only an attempt sets it), or
-    /// when replicas must acknowledge the acquire.
+    /// released before). `None` when the waiter attempts instead, which takes the lock if the
+    /// claim still holds its token: when less than half of the claim is surely ahead, when the
+    /// lease is fixed (only an attempt sets it), or when replicas must acknowledge the
+    /// acquire.
     fn take_handed(
         &self,
         keys: &Arc<LockKeys>,
