@@ -240,18 +240,31 @@ fn waiters_dropped_from_the_queue_join_again_while_the_lock_is_held() {
     }
 }
 
-/// A waiter with the default lease, so that its place outlives it by 30 s.
+/// Waiters with the default lease, so that their place outlives them by 30 s: one that only
+/// waits (to be killed), and one that, once it has the lock, reports its fencing token and
+/// whether another holder was inside (to be stopped and resumed).
 #[test]
 fn fair_long_waiter_entry() {
     let Some((role, url, _)) = support::worker_role() else {
         return;
     };
-    assert_eq!(role, "long-waiter");
-    let client = Client::open(url).unwrap();
+    let client = Client::open(url.as_str()).unwrap();
     println!("QUEUEING");
-    let _ = client
+    let got = client
         .fair_mutex("line")
-        .try_lock_for(Duration::from_secs(600));
+        .try_lock_for(Duration::from_secs(600))
+        .unwrap();
+    assert_eq!(role, "reporting-waiter");
+    let g = got.expect("acquired");
+    let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let inside: bool = conn.exists("inside").unwrap();
+    let report = format!(
+        "{} {}",
+        g.fencing_token(),
+        if inside { "overlap" } else { "alone" }
+    );
+    let _: () = conn.rpush("report", report).unwrap();
+    g.unlock().unwrap();
 }
 
 /// The lock's remaining lease in Redis, ms.
@@ -335,7 +348,7 @@ fn a_waiter_killed_just_before_its_turn_holds_the_next_one_up_for_the_claim_only
     let g = holder.fair_mutex("line").lock().unwrap();
     // The next in line: its place in the queue outlives it by the default 30 s.
     let mut doomed =
-        support::spawn_worker("fair_long_waiter_entry", "long-waiter", &server.url(), "");
+        support::spawn_worker("fair_long_waiter_entry", "idle-waiter", &server.url(), "");
     support::read_marker(&mut doomed, "QUEUEING");
     assert!(eventually(LIMIT, || queue_len(&server) == 1));
     // Behind it, a client that re-checks every second.
@@ -368,4 +381,85 @@ fn a_waiter_killed_just_before_its_turn_holds_the_next_one_up_for_the_claim_only
         started.elapsed()
     );
     assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
+}
+
+/// Whether the process is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: libc::pid_t) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let after_name = stat.rsplit_once(')')?.1;
+            after_name
+                .split_whitespace()
+                .next()
+                .map(|state| state == "T")
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_waiter_stalled_past_its_claim_does_not_take_the_lock_it_was_handed() {
+    let server = RedisServer::start();
+    let holder = Client::open(server.url()).unwrap();
+    let g = holder.fair_mutex("line").lock().unwrap();
+    let mut stalled = support::spawn_worker(
+        "fair_long_waiter_entry",
+        "reporting-waiter",
+        &server.url(),
+        "",
+    );
+    support::read_marker(&mut stalled, "QUEUEING");
+    assert!(eventually(LIMIT, || queue_len(&server) == 1));
+    // Behind it, a client that re-checks every second and holds the lock for 3 s, marked.
+    let next = Client::builder()
+        .renewal_interval(Duration::from_secs(1))
+        .open(server.url())
+        .unwrap();
+    let url = server.url();
+    let t = std::thread::spawn(move || {
+        let g = next
+            .fair_mutex("line")
+            .try_lock_for(LIMIT)
+            .unwrap()
+            .expect("acquired");
+        let mut conn = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let _: () = conn.set("inside", 1).unwrap();
+        std::thread::sleep(Duration::from_secs(3));
+        let _: () = conn.del("inside").unwrap();
+        let fence = g.fencing_token();
+        g.unlock().unwrap();
+        fence
+    });
+    assert!(eventually(LIMIT, || queue_len(&server) == 2));
+    // The first in line stalls (a pause of its process), and the release hands it the lock.
+    let pid = stalled.id() as libc::pid_t;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(eventually(LIMIT, || is_stopped(pid)));
+    let fence = g.fencing_token();
+    g.unlock().unwrap();
+    // Its claim runs out and the next waiter takes the lock; then the stalled one resumes and
+    // reads the message that handed it the lock, too late to rely on it.
+    let mut conn = server.conn();
+    assert!(eventually(LIMIT, || conn
+        .exists::<_, bool>("inside")
+        .unwrap()));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let next_fence = within(LIMIT, move || t.join().unwrap());
+    assert_eq!(
+        next_fence,
+        fence + 2,
+        "the release did not hand the lock over"
+    );
+    assert!(eventually(LIMIT, || conn
+        .llen::<_, usize>("report")
+        .unwrap()
+        == 1));
+    let report: String = conn.lpop("report", None).unwrap();
+    let (stalled_fence, overlap) = report.split_once(' ').unwrap();
+    assert_eq!(
+        overlap, "alone",
+        "the stalled waiter held the lock beside the next one"
+    );
+    assert!(stalled_fence.parse::<u64>().unwrap() > next_fence);
+    assert!(within(LIMIT, move || stalled.wait().unwrap()).success());
 }

@@ -89,13 +89,15 @@ pub(super) enum Push {
 
 impl Push {
     /// Reads one frame, waiting at most the connection's read timeout. `Ok(None)` when
-    /// nothing came, or something that is not for us.
+    /// nothing came, or something that is not for us. A read interrupted by a signal (the
+    /// process was stopped and continued, say: a read with a timeout is not restarted) is
+    /// taken up again like one that timed out: the parser keeps what it had read.
     pub(super) fn read(conn: &mut redis::Connection) -> redis::RedisResult<Option<Push>> {
         match conn.recv_response() {
             Ok(redis::Value::Push { kind, data }) => Ok(Push::parse(kind, data)),
             Ok(redis::Value::ServerError(e)) => Ok(Some(Push::Refused(format!("{e:?}")))),
             Ok(_) => Ok(None),
-            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) if e.is_timeout() || was_interrupted(&e) => Ok(None),
             Err(e) if e.code().is_some() => Ok(Some(Push::Refused(e.to_string()))),
             Err(e) => Err(e),
         }
@@ -111,5 +113,33 @@ impl Push {
             K::Unsubscribe | K::SUnsubscribe => Some(Push::Unsubscribed(channel)),
             _ => None,
         }
+    }
+}
+
+/// Whether a read failed only because a signal interrupted it (`EINTR`).
+fn was_interrupted(err: &redis::RedisError) -> bool {
+    use std::error::Error as _;
+    use std::io;
+    let Some(source) = err.source() else {
+        return false;
+    };
+    let io_error = source.downcast_ref::<io::Error>().or_else(|| {
+        source
+            .downcast_ref::<std::sync::Arc<dyn std::error::Error + Send + Sync>>()
+            .and_then(|inner| inner.downcast_ref::<io::Error>())
+    });
+    io_error.is_some_and(|e| e.kind() == io::ErrorKind::Interrupted)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::was_interrupted;
+
+    #[test]
+    fn an_interrupted_read_is_told_from_a_broken_connection() {
+        let io = |kind| redis::RedisError::from(std::io::Error::from(kind));
+        assert!(was_interrupted(&io(std::io::ErrorKind::Interrupted)));
+        assert!(!was_interrupted(&io(std::io::ErrorKind::ConnectionReset)));
+        assert!(!was_interrupted(&io(std::io::ErrorKind::UnexpectedEof)));
     }
 }
