@@ -89,7 +89,8 @@ pub struct LockInfo {
     pub holder: Option<HolderInfo>,
     /// The readers of an `RwLock`, or the holders of a semaphore's permits.
     pub sharers: Vec<HolderInfo>,
-    /// The fencing counter: the token of the latest acquisition.
+    /// The fencing counter: the token of the latest acquisition, or more (a `Mutex` attempt
+    /// that found the lock held may have counted on it too).
     pub fencing_counter: Option<u64>,
     /// Queued waiters (a `FairMutex`, a fair semaphore), first first.
     pub queue: Vec<HolderInfo>,

@@ -225,6 +225,84 @@ fn fencing_tokens_do_not_go_back_after_data_loss() {
 }
 
 #[test]
+fn a_lock_taken_before_is_taken_without_a_script_and_a_held_one_refused_with_one_trip() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    // A fixed lease: no renewal runs a script meanwhile.
+    let m = client.mutex("plain").with_lease(Duration::from_secs(300));
+    // The scripts loaded (a first `EVALSHA` that Redis answers `NOSCRIPT` counts as a call).
+    client.mutex("warm-up").lock().unwrap().unlock().unwrap();
+    let scripts = server.command_calls("evalsha");
+    // The first take of a name starts its fencing counter from the server's clock: a script.
+    let first = m.lock().unwrap();
+    let first_token = first.fencing_token();
+    assert_eq!(server.command_calls("evalsha"), scripts + 1);
+    first.unlock().unwrap();
+    assert_eq!(server.command_calls("evalsha"), scripts + 2);
+    let (sets, incrs) = (server.command_calls("set"), server.command_calls("incr"));
+    let g = m.lock().unwrap();
+    assert!(g.fencing_token() > first_token);
+    assert_eq!(
+        server.command_calls("evalsha"),
+        scripts + 2,
+        "a lock whose counter this client saw started was taken with a script"
+    );
+    assert_eq!(server.command_calls("set"), sets + 1);
+    assert_eq!(server.command_calls("incr"), incrs + 1);
+    // Another thread finds it held: the plain commands tell it, with the time left.
+    let pttls = server.command_calls("pttl");
+    let other = client.clone();
+    let refused = std::thread::spawn(move || other.mutex("plain").try_lock().map(|g| g.is_none()))
+        .join()
+        .unwrap()
+        .unwrap();
+    assert!(refused, "a held lock was taken");
+    assert_eq!(server.command_calls("evalsha"), scripts + 2);
+    assert_eq!(server.command_calls("pttl"), pttls + 1);
+    // The refused attempt counted on the fencing counter; the next holder's token is still
+    // above every earlier one.
+    g.unlock().unwrap();
+    let after = m.lock().unwrap().fencing_token();
+    assert!(after > first_token + 1, "{after} after {first_token}");
+}
+
+#[test]
+fn a_counter_lost_since_the_client_saw_it_is_started_again_from_the_server_clock() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let m = client.mutex("lost-counter");
+    let before = m.lock().unwrap().fencing_token();
+    let mut conn = server.conn();
+    let _: () = conn.del("redmutex:{lost-counter}:fence").unwrap();
+    let after = m.lock().unwrap().fencing_token();
+    assert!(after > before, "token went back from {before} to {after}");
+    // A counter that only refused attempts counted on is started as well.
+    let _: () = conn.set("redmutex:{lost-counter}:fence", 7).unwrap();
+    let again = m.lock().unwrap().fencing_token();
+    assert!(again > after, "token went back from {after} to {again}");
+}
+
+#[test]
+fn a_key_of_the_wrong_type_leaves_no_counter_behind_after_a_take_without_a_script() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let m = client.mutex("replaced");
+    drop(m.lock().unwrap());
+    let mut conn = server.conn();
+    // Someone else's data where the lock was, and the counter gone with Redis's data.
+    let _: () = conn.del("redmutex:{replaced}:fence").unwrap();
+    let _: () = conn.hset("redmutex:{replaced}", "f", "v").unwrap();
+    let err = m.try_lock().unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let err = m.try_lock_for(Duration::from_secs(5)).unwrap_err();
+    assert!(err.is_wrong_type(), "{err}");
+    let exists: bool = conn.exists("redmutex:{replaced}:fence").unwrap();
+    assert!(!exists, "a fencing counter was left behind");
+    let h: std::collections::HashMap<String, String> = conn.hgetall("redmutex:{replaced}").unwrap();
+    assert_eq!(h.get("f").map(String::as_str), Some("v"));
+}
+
+#[test]
 fn fixed_lease_expires_and_extend_keeps_it() {
     let server = RedisServer::start();
     let client = client(&server);

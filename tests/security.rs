@@ -392,6 +392,61 @@ fn acl_users_lacking_what_a_lock_needs_get_auth_errors_and_write_nothing() {
 }
 
 #[test]
+fn a_lock_taken_without_a_script_whose_script_is_then_refused_is_given_back() {
+    capture_logs();
+    let server = RedisServer::start();
+    acl_user(
+        &server,
+        "revoked",
+        &format!("~redmutex:* &redmutex:* {LOCK_COMMANDS}"),
+    );
+    let client = fast_failing().open(acl_url(&server, "revoked")).unwrap();
+    // A lease far past the test's limit: only the give-back frees the lock in time.
+    let m = client
+        .mutex("revoked")
+        .with_lease(Duration::from_secs(3600));
+    m.lock().unwrap().unlock().unwrap();
+    // The counter is lost (the client saw it started, so it takes the lock with plain
+    // commands) and scripts are refused: the plain `SET` takes the lock, the script that
+    // must start the counter is refused.
+    let mut conn = server.conn();
+    let _: () = redis::cmd("DEL")
+        .arg("redmutex:{revoked}:fence")
+        .query(&mut conn)
+        .unwrap();
+    acl_user(
+        &server,
+        "revoked",
+        &format!("~redmutex:* &redmutex:* {LOCK_COMMANDS} -evalsha"),
+    );
+    let err = within(LIMIT, move || m.try_lock().map(|g| g.is_some())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    let held: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{revoked}")
+        .query(&mut conn)
+        .unwrap();
+    assert!(held, "the plain take did not happen");
+    // Scripts allowed again: the token-checked give-back goes through.
+    acl_user(
+        &server,
+        "revoked",
+        &format!("~redmutex:* &redmutex:* {LOCK_COMMANDS}"),
+    );
+    assert!(eventually(LIMIT, || {
+        !redis::cmd("EXISTS")
+            .arg("redmutex:{revoked}")
+            .query::<bool>(&mut conn)
+            .unwrap()
+    }));
+    let fence = client.mutex("revoked").lock().unwrap().fencing_token();
+    assert!(
+        fence >= 1 << 40,
+        "a token from a counter never started: {fence}"
+    );
+    assert_no_secret("logs", &captured_logs());
+}
+
+#[test]
 fn wrong_acl_credentials_are_auth_errors_without_the_password() {
     capture_logs();
     let server = RedisServer::start();

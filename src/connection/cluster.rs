@@ -333,6 +333,10 @@ impl Deployment for Cluster {
         }
     }
 
+    fn redirects(&self) -> bool {
+        true
+    }
+
     fn redirect(&self, err: &Error) -> Option<Redirect> {
         if err.is_server_code("MOVED") {
             // The map was refreshed by `call_failed`: route again.

@@ -156,8 +156,21 @@ impl redis::ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
+        if self.unread.is_empty() || offset != 0 {
+            self.settle()?;
+            return self.inner.req_packed_commands(cmd, offset, count);
+        }
+        // A plain pipeline (not a transaction) goes out first too, as a single command does.
+        self.inner.send_packed_command(cmd)?;
         self.settle()?;
-        self.inner.req_packed_commands(cmd, offset, count)
+        let mut replies = Vec::with_capacity(count);
+        while replies.len() < count {
+            match self.inner.recv_response()? {
+                redis::Value::Push { .. } => continue,
+                value => replies.push(value),
+            }
+        }
+        Ok(replies)
     }
 
     fn get_db(&self) -> i64 {

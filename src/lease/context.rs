@@ -10,6 +10,7 @@ use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::lease::cleanup::Cleanup;
+use crate::lease::plain_take::SeededCounters;
 use crate::lease::renewal::Renewal;
 use crate::stats::{Background, Counters, Stats};
 use crate::token::TokenSource;
@@ -29,6 +30,8 @@ pub(crate) struct LockContext {
     pub(crate) rechecks: Gates,
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
+    /// The fencing counters this client saw started: the locks it may take plainly.
+    pub(crate) seeded: SeededCounters,
     /// Set when the client was shut down.
     closed: AtomicBool,
 }
@@ -64,6 +67,7 @@ impl LockContext {
             rechecks: Gates::default(),
             tokens,
             counters,
+            seeded: SeededCounters::new(),
             closed: AtomicBool::new(false),
         }
     }

@@ -7,6 +7,7 @@ mod cleanup;
 mod context;
 mod guard;
 mod hold;
+mod plain_take;
 mod poison;
 mod protocol;
 mod raw_lock;

@@ -74,6 +74,14 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// A key of the wrong type is a `WRONGTYPE` error, and changes nothing.
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall;
 
+    /// Whether this attempt may first try to take the lock with plain commands, without a
+    /// script (`lease::plain_take`): for a protocol whose acquire, on a free lock, only sets
+    /// the lock key to the token for the lease and takes the next fencing token, and whose
+    /// acquire script, run after, settles every other case. Defaults to `false`.
+    fn takes_plainly(&self, _call: &AcquireCall<'_>) -> bool {
+        false
+    }
+
     /// Releases the lock if it holds `token`, and wakes whom the release concerns.
     /// Reply: 1 when released, 0 when the lock did not hold the token.
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall;

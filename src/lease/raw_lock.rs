@@ -16,6 +16,7 @@ use crate::lease::cleanup::Cleanup;
 use crate::lease::context::LockContext;
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
+use crate::lease::plain_take;
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
@@ -432,7 +433,7 @@ impl RawLock {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
         let doing = self.doing("acquiring");
-        let call = self.protocol.acquire(&AcquireCall {
+        let acquire = AcquireCall {
             keys,
             token,
             lease,
@@ -441,13 +442,28 @@ impl RawLock {
             units: self.units,
             capacity: self.capacity,
             more,
-        });
+        };
+        let call = self.protocol.acquire(&acquire);
+        let plainly = self.protocol.takes_plainly(&acquire)
+            && !ctx.connections.redirects()
+            && ctx.seeded.contains(&keys.fence);
         let mut resent = false;
+        // Set when a plain take left the lock holding the token before the script's reply.
+        let took = Cell::new(false);
         loop {
             let sent_at = Instant::now();
             let reply = ctx.call_once(&keys.lock, doing, |c| {
                 Counters::add(&ctx.counters.attempts, 1);
-                let reply: AcquireReply = call.invoke(c)?;
+                let reply: AcquireReply = match plainly {
+                    true => plain_take::acquire(
+                        c,
+                        (keys, token, acquire.lease_ms()),
+                        queue,
+                        (&call, || self.protocol.release(keys, token)),
+                        &took,
+                    )?,
+                    false => call.invoke(c)?,
+                };
                 let acks = match reply.taken {
                     1 => ctx.replica_acks(c)?,
                     _ => None,
@@ -469,6 +485,7 @@ impl RawLock {
                     _,
                 )) => {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
+                    ctx.seeded.saw(&keys.fence, fencing_token);
                     let guard = self.acquired(keys, token, fencing_token, sent_at + lease)?;
                     Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
@@ -492,6 +509,13 @@ impl RawLock {
                     ErrorKind::Server,
                     format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
                 )),
+                Err(err) if took.get() && !err.outcome_unknown() => {
+                    // The plain `SET` took the lock and the script refused to finish the take
+                    // (an ACL without `EVALSHA`): the token is never used again, so the lock
+                    // is given back in the background.
+                    self.clean_up_later(keys, token, sent_at + lease);
+                    Err(err)
+                }
                 Err(err) if err.outcome_unknown() => {
                     if err.is_connection() && !resent {
                         resent = true;

@@ -17,6 +17,28 @@ pub(crate) struct AcquireReply {
     pub(crate) server_ms: Option<i64>,
 }
 
+impl AcquireReply {
+    /// Taken, with this fencing token.
+    pub(crate) fn taken(fencing_token: i64) -> Self {
+        AcquireReply {
+            taken: 1,
+            value: fencing_token,
+            payload: None,
+            server_ms: None,
+        }
+    }
+
+    /// Held by someone else for `remaining_ms` more.
+    pub(crate) fn held(remaining_ms: i64) -> Self {
+        AcquireReply {
+            taken: 0,
+            value: remaining_ms,
+            payload: None,
+            server_ms: None,
+        }
+    }
+}
+
 impl FromRedisValue for AcquireReply {
     fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
         let Value::Array(items) = v else {

@@ -364,6 +364,13 @@ impl Protocol for MutexProtocol {
         acquire_call(&ACQUIRE, call)
     }
 
+    /// A free lock is taken with `SET NX PX GET` and `INCR` of the fencing counter, unless
+    /// the client stays among the waiting (other threads of it wait), which only the script
+    /// does.
+    fn takes_plainly(&self, call: &AcquireCall<'_>) -> bool {
+        !call.more
+    }
+
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
         ScriptCall::new(&RELEASE)
             .key(&keys.lock)

@@ -1,8 +1,12 @@
 -- Shared helper: the next fencing token of a lock just taken. `INCR` of the counter, which
--- starts at the server's clock in microseconds when missing (first use, or Redis lost its
--- data), so that tokens never go backwards across a restart. When the counter is not an
--- integer, the lock is given back and `nil` returned; on any other error the lock is given
--- back and the error raised. Needs `is_type_error` (errors.lua).
+-- starts at the server's clock in microseconds when it has not started from it yet (first
+-- use, or Redis lost its data), so that tokens never go backwards across a restart. A counter
+-- below 2^40 never started from a clock (whose microseconds are past 10^15): it holds only
+-- counts of attempts that found their lock held (a `Mutex` attempt without a script also
+-- counts then), and no token was ever taken from it. When the counter is not an integer, the
+-- lock is given back and `nil` returned; on any other error the lock is given back and the
+-- error raised. Needs `is_type_error` (errors.lua).
+local UNSEEDED_FENCE = 1099511627776
 local function next_fence(lock, counter)
   local fence = redis.pcall('INCR', counter)
   if type(fence) == 'table' then
@@ -12,7 +16,7 @@ local function next_fence(lock, counter)
     end
     return nil
   end
-  if fence == 1 then
+  if fence < UNSEEDED_FENCE then
     local now = redis.call('TIME')
     fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('SET', counter, string.format('%.0f', fence))
@@ -26,4 +30,12 @@ local function take_fence(lock, counter)
     return nil, redis.error_reply('WRONGTYPE fencing counter ' .. counter .. ' is not an integer')
   end
   return fence
+end
+-- Deletes a counter that never started from a clock (it holds only counts of attempts that
+-- found a key of the wrong type where the lock should be): an error leaves nothing behind.
+local function forget_unseeded_fence(counter)
+  local count = redis.pcall('GET', counter)
+  if type(count) == 'string' and (tonumber(count) or UNSEEDED_FENCE) < UNSEEDED_FENCE then
+    redis.call('DEL', counter)
+  end
 end

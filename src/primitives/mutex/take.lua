@@ -4,11 +4,14 @@
 -- 'wait' waits (a failure adds its client to the lock's waiting clients), 'more' waits and
 -- other threads of its client wait too (a take also keeps the client among the waiting,
 -- behind every client that began to wait before this hold).
+-- A key of the wrong type where the lock should be is an error that leaves nothing behind: a
+-- fencing counter that only attempts without a script counted is deleted with it.
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
 local function take_lock(lock, fence, waiting, token, lease, waits)
   local previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
   if type(previous) == 'table' and previous['err'] then
     if is_type_error(previous) then
+      forget_unseeded_fence(fence)
       return redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
     end
     if string.sub(previous['err'], 1, 3) == 'OOM' then
@@ -36,6 +39,7 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
   end
   local ttl = redis.call('PTTL', lock)
   if ttl < 0 then
+    forget_unseeded_fence(fence)
     return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
   end
   if waits ~= '' then

@@ -1,0 +1,156 @@
+//! Taking a free lock without a script: `SET lock token NX PX lease GET` and `INCR` of the
+//! lock's fencing counter, pipelined in one round trip. On Redis 7.0 a script call costs
+//! several times the server time of the two plain commands it would run (its set-up, and the
+//! translation of each `redis.call` and its reply), and under load that time is the lock's
+//! throughput; the protocol's acquire script still settles every case the two cannot, on the
+//! same connection: a lock held by someone else when the caller waits (the script registers
+//! it among the waiting), a lock that holds this very token (an attempt sent again after its
+//! reply was lost), a key of the wrong type, a fencing counter that is not an integer or has
+//! not started from the server's clock yet (`lua/fence.lua`).
+//!
+//! The `INCR` runs whether or not the `SET` took the lock: an attempt that finds the lock held
+//! counts on the fencing counter too. Tokens still only grow, and each holder's is above
+//! every earlier holder's: its `INCR` runs after its `SET` took the lock and before its
+//! release can be sent, and the two go out in one write, which Redis reads and runs in order
+//! before it serves another client (were they ever read apart, a lease would have to run out
+//! between them for a later holder to come between, and the guard, whose lease counts from
+//! the send, would be lost when returned). The counter may run ahead of the latest holder's
+//! token.
+//!
+//! A counter that is missing (the name's first use, or Redis lost its data) must start from
+//! the server's clock, which only the script can do; an attempt that finds it so costs a
+//! second round trip. So the plain commands are sent only for a lock whose counter this
+//! client saw started ([`SeededCounters`]): the first take of a name by a client is one script
+//! call, as before, and a name taken once per process (a job's id) never costs two.
+
+use std::cell::Cell;
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redis::Value;
+
+use crate::connection::{Conn, ScriptCall};
+use crate::fast_hash::FxHasher;
+use crate::keys::LockKeys;
+use crate::lease::reply::AcquireReply;
+
+/// The lowest fencing token a counter started from the server's clock gives (2^40; see
+/// `lua/fence.lua`): below it, the acquire script starts the counter.
+const SEEDED_FENCE: i64 = 1 << 40;
+
+/// The fencing counters this client saw started from the server's clock (a token it took
+/// from one was at least [`SEEDED_FENCE`]), by their key: a table of 4,096 hashes, one per
+/// slot, written and read without a lock; a name that another evicted, or that never fit, is
+/// taken with the script. Only a hint: a counter it names that Redis lost since costs one
+/// round trip more, and is started again by the script.
+pub(crate) struct SeededCounters {
+    slots: Box<[AtomicU64]>,
+}
+
+const SLOTS: usize = 4096;
+
+impl SeededCounters {
+    pub(crate) fn new() -> Self {
+        SeededCounters {
+            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// The counter's hash (never 0, the empty slot) and its slot.
+    fn slot(&self, counter: &str) -> (u64, &AtomicU64) {
+        let mut hasher = FxHasher::default();
+        hasher.write(counter.as_bytes());
+        let hash = hasher.finish() | 1;
+        // The high bits: the Fx hash mixes them best.
+        (hash, &self.slots[(hash >> 52) as usize % SLOTS])
+    }
+
+    pub(crate) fn contains(&self, counter: &str) -> bool {
+        let (hash, slot) = self.slot(counter);
+        slot.load(Ordering::Relaxed) == hash
+    }
+
+    /// Notes that a token taken from `counter` was `fencing_token`.
+    pub(crate) fn saw(&self, counter: &str, fencing_token: u64) {
+        if fencing_token >= SEEDED_FENCE as u64 {
+            let (hash, slot) = self.slot(counter);
+            if slot.load(Ordering::Relaxed) != hash {
+                slot.store(hash, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What the plain commands settled.
+enum Plain {
+    /// The reply, as the acquire script would have given it.
+    Settled(AcquireReply),
+    /// The lock holds the token, without a fencing token yet: the script finishes the take.
+    Ours,
+    /// Only the script can tell.
+    Unsettled,
+}
+
+/// One acquire attempt: the plain commands, then `script` when they did not settle it. When
+/// the plain `SET` took the lock but the script then did not (Redis ran out of memory between
+/// the two), `release` gives the lock back before the reply is returned. `took` is set when
+/// the plain `SET` took the lock and the script was sent to finish the take: if an error is
+/// returned then, the lock may hold the token.
+///
+/// `waits`: whether the caller waits when the lock is held (only the script registers a
+/// waiter); a caller that gives up also reads the lock's remaining time (`PTTL`) with the
+/// plain commands, so that a held lock costs it one round trip.
+pub(crate) fn acquire(
+    c: &mut Conn,
+    (keys, token, lease_ms): (&LockKeys, &str, u64),
+    waits: bool,
+    (script, release): (&ScriptCall, impl FnOnce() -> ScriptCall),
+    took: &Cell<bool>,
+) -> redis::RedisResult<AcquireReply> {
+    match plain(c, (keys, token, lease_ms), waits)? {
+        Plain::Settled(reply) => Ok(reply),
+        Plain::Unsettled => script.invoke(c),
+        Plain::Ours => {
+            took.set(true);
+            let reply: AcquireReply = script.invoke(c)?;
+            if reply.taken != 1 {
+                release().invoke::<i64>(c)?;
+            }
+            Ok(reply)
+        }
+    }
+}
+
+fn plain(
+    c: &mut Conn,
+    (keys, token, lease_ms): (&LockKeys, &str, u64),
+    waits: bool,
+) -> redis::RedisResult<Plain> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors()
+        .cmd("SET")
+        .arg(&keys.lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(lease_ms)
+        .arg("GET")
+        .cmd("INCR")
+        .arg(&keys.fence);
+    if !waits {
+        pipe.cmd("PTTL").arg(&keys.lock);
+    }
+    let replies: Vec<Value> = pipe.query(c)?;
+    Ok(match replies.as_slice() {
+        [Value::Nil, Value::Int(fence), ..] if *fence >= SEEDED_FENCE => {
+            Plain::Settled(AcquireReply::taken(*fence))
+        }
+        [Value::Nil, ..] => Plain::Ours,
+        [Value::BulkString(holder), _, Value::Int(remaining)]
+            if !waits && *remaining > 0 && holder.as_slice() != token.as_bytes() =>
+        {
+            Plain::Settled(AcquireReply::held(*remaining))
+        }
+        _ => Plain::Unsettled,
+    })
+}
