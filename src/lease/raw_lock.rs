@@ -259,7 +259,7 @@ impl RawLock {
         let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
-        let attempt = |more| self.attempt(keys, lease, token, (may_wait, more), None);
+        let attempt = |more| self.attempt(keys, lease, token, (may_wait, more, false), None);
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
                 waiting::contend(
@@ -278,7 +278,7 @@ impl RawLock {
             false => None,
         };
         let seen = early.as_ref().map_or(0, Subscription::seen);
-        match attempt(false)? {
+        match self.attempt(keys, lease, token, (may_wait, false, true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -345,7 +345,7 @@ impl RawLock {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
         }
-        match self.attempt(keys, lease, &token, (false, false), None)? {
+        match self.attempt(keys, lease, &token, (false, false, false), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(_) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -386,7 +386,7 @@ impl RawLock {
                 deadline,
                 &dropped,
                 (
-                    || self.attempt(keys, lease, token, (true, false), Some(&contact)),
+                    || self.attempt(keys, lease, token, (true, false, false), Some(&contact)),
                     |note| self.take_handed(keys, token, note, contact.get()),
                 ),
                 || self.leave(keys, token),
@@ -420,14 +420,17 @@ impl RawLock {
     /// is reported at once, and the token-checked clean-up goes to the renewal thread.
     ///
     /// `queue`: whether a failed attempt waits (in the queue, for a queue-style protocol);
-    /// `more`: whether other threads of this client wait too. A queued waiter's `contact` is
+    /// `more`: whether other threads of this client wait too; `first`: the first attempt of
+    /// an acquire, which expects a free lock, so that a protocol may take it without a script
+    /// (`plain_take`; an attempt after a wait is the script, which registers the waiter
+    /// again in the same round trip when someone else took the lock meanwhile). A queued waiter's `contact` is
     /// set from each failed attempt that carries the server's clock.
     fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
-        (queue, more): (bool, bool),
+        (queue, more, first): (bool, bool, bool),
         contact: Option<&Cell<Option<Contact>>>,
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
@@ -444,7 +447,8 @@ impl RawLock {
             more,
         };
         let call = self.protocol.acquire(&acquire);
-        let plainly = self.protocol.takes_plainly(&acquire)
+        let plainly = first
+            && self.protocol.takes_plainly(&acquire)
             && !ctx.connections.redirects()
             && ctx.seeded.contains(&keys.fence);
         let mut resent = false;
