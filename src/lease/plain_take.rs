@@ -91,7 +91,8 @@ enum Plain {
     Unsettled,
 }
 
-/// One acquire attempt: the plain commands, then `script` when they did not settle it. When
+/// One acquire attempt: the plain commands, then `script` (which sends the protocol's acquire
+/// script on the connection given) when they did not settle it. When
 /// the plain `SET` took the lock but the script then did not (Redis ran out of memory between
 /// the two), `release` gives the lock back before the reply is returned. `took` is set when
 /// the plain `SET` took the lock and the script was sent to finish the take: if an error is
@@ -104,15 +105,18 @@ pub(crate) fn acquire(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
     waits: bool,
-    (script, release): (&ScriptCall, impl FnOnce() -> ScriptCall),
+    (script, release): (
+        impl Fn(&mut Conn) -> redis::RedisResult<AcquireReply>,
+        impl FnOnce() -> ScriptCall,
+    ),
     took: &Cell<bool>,
 ) -> redis::RedisResult<AcquireReply> {
     match plain(c, (keys, token, lease_ms), waits)? {
         Plain::Settled(reply) => Ok(reply),
-        Plain::Unsettled => script.invoke(c),
+        Plain::Unsettled => script(c),
         Plain::Ours => {
             took.set(true);
-            let reply: AcquireReply = script.invoke(c)?;
+            let reply = script(c)?;
             if reply.taken != 1 {
                 release().invoke::<i64>(c)?;
             }

@@ -3,12 +3,13 @@
 //! acknowledgement, renewal registration, and the choice of waiting loop.
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, LazyCell};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
+use crate::connection::Conn;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
@@ -446,7 +447,8 @@ impl RawLock {
             capacity: self.capacity,
             more,
         };
-        let call = self.protocol.acquire(&acquire);
+        // Built when first sent: an attempt that plain commands settle never sends it.
+        let call = LazyCell::new(|| self.protocol.acquire(&acquire));
         let plainly = first
             && self.protocol.takes_plainly(&acquire)
             && !ctx.connections.redirects()
@@ -463,7 +465,10 @@ impl RawLock {
                         c,
                         (keys, token, acquire.lease_ms()),
                         queue,
-                        (&call, || self.protocol.release(keys, token)),
+                        (
+                            |c: &mut Conn| call.invoke(c),
+                            || self.protocol.release(keys, token),
+                        ),
                         &took,
                     )?,
                     false => call.invoke(c)?,
