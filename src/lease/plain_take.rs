@@ -92,11 +92,11 @@ enum Plain {
 }
 
 /// One acquire attempt: the plain commands, then `script` (which sends the protocol's acquire
-/// script on the connection given) when they did not settle it. When
-/// the plain `SET` took the lock but the script then did not (Redis ran out of memory between
-/// the two), `release` gives the lock back before the reply is returned. `took` is set when
-/// the plain `SET` took the lock and the script was sent to finish the take: if an error is
-/// returned then, the lock may hold the token.
+/// script on the connection given) when they did not settle it. When the plain `SET` took the
+/// lock but the script then did not (Redis ran out of memory between the two), `release`
+/// gives the lock back before the reply is returned. `took` is set when the plain `SET` took
+/// the lock and the script was sent to finish the take: if an error is returned then, the
+/// lock may hold the token.
 ///
 /// `waits`: whether the caller waits when the lock is held (only the script registers a
 /// waiter); a caller that gives up also reads the lock's remaining time (`PTTL`) with the
