@@ -424,8 +424,8 @@ impl RawLock {
     /// `more`: whether other threads of this client wait too; `first`: the first attempt of
     /// an acquire, which expects a free lock, so that a protocol may take it without a script
     /// (`plain_take`; an attempt after a wait is the script, which registers the waiter
-    /// again in the same round trip when someone else took the lock meanwhile). A queued waiter's `contact` is
-    /// set from each failed attempt that carries the server's clock.
+    /// again in the same round trip when someone else took the lock meanwhile). A queued
+    /// waiter's `contact` is set from each failed attempt that carries the server's clock.
     fn attempt(
         &self,
         keys: &Arc<LockKeys>,
@@ -518,19 +518,14 @@ impl RawLock {
                     ErrorKind::Server,
                     format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
                 )),
-                Err(err) if took.get() && !err.outcome_unknown() => {
-                    // The plain `SET` took the lock and the script refused to finish the take
-                    // (an ACL without `EVALSHA`): the token is never used again, so the lock
-                    // is given back in the background.
-                    self.clean_up_later(keys, token, sent_at + lease);
-                    Err(err)
-                }
-                Err(err) if err.outcome_unknown() => {
+                // The lock may be ours without our knowing, or a plain `SET` took it and the
+                // script refused to finish the take (an ACL without `EVALSHA`): the token is
+                // never used again, so the lock is removed off this path.
+                Err(err) if err.outcome_unknown() || took.get() => {
                     if err.is_connection() && !resent {
                         resent = true;
                         continue;
                     }
-                    // The lock may be ours without our knowing: have it removed, off this path.
                     self.clean_up_later(keys, token, sent_at + lease);
                     Err(err)
                 }
