@@ -320,7 +320,7 @@ impl Error {
 /// plainly: redis-rs shows `NOPERM` as `NoPerm`, an ACL refusal inside a script arrives as
 /// `ERR`, and `OOM` is terse.
 fn refusal(err: &redis::RedisError) -> Option<&'static str> {
-    match err.code() {
+    match code_and_detail(err).0 {
         Some("NOPERM") => Some("permission denied by a redis ACL (NOPERM)"),
         Some("ERR") if is_acl_refusal_in_script(err) => {
             Some("permission denied by a redis ACL inside a script (NOPERM)")
@@ -334,17 +334,41 @@ fn refusal(err: &redis::RedisError) -> Option<&'static str> {
 /// used: Redis 7.0 says "The user executing the script can't …", later versions "ACL failure
 /// in script: …".
 fn is_acl_refusal_in_script(err: &redis::RedisError) -> bool {
-    err.detail().is_some_and(|d| {
+    code_and_detail(err).1.is_some_and(|d| {
         d.starts_with("The user executing the script can't")
             || d.starts_with("ACL failure in script")
     })
+}
+
+/// The code and text of an error reply. Redis before 7.0 puts `@user_script: <line>: ` (and
+/// a `-`) before the errors it raises inside a script for a command it refused to run (`OOM`,
+/// an ACL refusal): the code and text are read past it (`ERR` when the text has no code).
+fn code_and_detail(err: &redis::RedisError) -> (Option<&str>, Option<&str>) {
+    match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) if code.starts_with("@user_script") => {
+            let inner = detail
+                .trim_start_matches(|c: char| c.is_ascii_digit())
+                .trim_start_matches(':')
+                .trim_start()
+                .trim_start_matches('-');
+            match inner.split_once(' ') {
+                Some((code, rest))
+                    if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) =>
+                {
+                    (Some(code), Some(rest))
+                }
+                _ => (Some("ERR"), Some(inner)),
+            }
+        }
+        other => other,
+    }
 }
 
 fn redis_error_kind(err: &redis::RedisError) -> ErrorKind {
     if err.is_timeout() {
         return ErrorKind::Timeout;
     }
-    match err.code() {
+    match code_and_detail(err).0 {
         Some("WRONGTYPE") => return ErrorKind::WrongType,
         // Our scripts' refusal of an argument that only Redis can check.
         Some("INVALIDARG") => return ErrorKind::InvalidArgument,
@@ -485,5 +509,18 @@ mod tests {
         );
         assert_eq!(e.kind(), ErrorKind::Server, "{e}");
         assert!(e.to_string().contains("out of memory"), "{e}");
+    }
+
+    #[test]
+    fn refusals_raised_inside_a_script_by_redis_6_read_as_on_redis_7() {
+        let oom = "@user_script: 118: -OOM command not allowed when used memory > 'maxmemory'.";
+        let e = Error::from_call(&server(), acquiring(), reply(oom));
+        assert_eq!(e.kind(), ErrorKind::Server, "{e}");
+        assert!(e.to_string().contains("out of memory"), "{e}");
+        let acl = "@user_script: 1: The user executing the script can't run this command or \
+                   subcommand";
+        let e = Error::from_call(&server(), acquiring(), reply(acl));
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        assert!(e.to_string().contains("NOPERM"), "{e}");
     }
 }

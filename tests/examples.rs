@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The built example `name` (`cargo test --all-targets` builds the examples; built here when
-/// missing).
+/// The built example `name`, built (or found up to date) by `cargo build --example` first, so
+/// that a binary left by an earlier build of other code is never the one run.
 fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary");
     let dir = exe
@@ -14,18 +14,15 @@ fn example(name: &str) -> PathBuf {
         .and_then(|deps| deps.parent())
         .expect("target directory")
         .join("examples");
-    let path = dir.join(name);
-    if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--example", name]);
-        if cfg!(feature = "metrics") {
-            build.args(["--features", "metrics"]);
-        }
-        let status = build.status().expect("cargo build");
-        assert!(status.success(), "cannot build example {name}");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let mut build = Command::new(cargo);
+    build.args(["build", "--example", name]);
+    if cfg!(feature = "metrics") {
+        build.args(["--features", "metrics"]);
     }
-    path
+    let status = build.status().expect("cargo build");
+    assert!(status.success(), "cannot build example {name}");
+    dir.join(name)
 }
 
 fn run(name: &str, args: &[&str], ok_line: &str) {

@@ -30,7 +30,12 @@ impl LocalRedis {
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = std::env::temp_dir().join(format!("redmutex-example-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
-        let child = Command::new("redis-server")
+        // `REDMUTEX_SERVER` names another server binary (`scripts/demo --server …` sets it).
+        let binary = std::env::var("REDMUTEX_SERVER")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "redis-server".to_owned());
+        let child = Command::new(&binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
@@ -38,7 +43,7 @@ impl LocalRedis {
             .stdout(Stdio::null())
             .spawn()
             .map_err(|e| {
-                format!("cannot start redis-server (install it, or set REDIS_URL): {e}")
+                format!("cannot start {binary} (install redis-server, or set REDIS_URL): {e}")
             })?;
         let server = LocalRedis { port, child, dir };
         let deadline = Instant::now() + Duration::from_secs(10);

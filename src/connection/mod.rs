@@ -16,6 +16,7 @@ mod address;
 mod cluster;
 mod pool;
 mod sentinel;
+mod server_features;
 mod split_call;
 mod standalone;
 #[cfg(feature = "tls")]
@@ -32,6 +33,7 @@ pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
 pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
 pub(crate) use pool::{Checkout, Conn, OnReply, Pool};
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
+pub(crate) use server_features::ServerFeatures;
 
 /// Makes a redis-rs client for a data node at (host, port), with the data nodes' credentials
 /// and TLS, speaking the protocol given.

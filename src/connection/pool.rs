@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::ServerFeatures;
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
 
 /// Whether an error leaves the connection in an unknown state (timed out mid-reply, closed,
@@ -48,15 +49,23 @@ pub(crate) struct Conn {
     /// The hashes of the scripts that this connection saw its server run (so that a call
     /// written without waiting for its reply is not refused with `NOSCRIPT`).
     scripts: Vec<&'static str>,
+    /// What its server accepts, shared with the other connections to it.
+    features: Arc<ServerFeatures>,
 }
 
 impl Conn {
-    fn new(inner: redis::Connection) -> Self {
+    fn new(inner: redis::Connection, features: Arc<ServerFeatures>) -> Self {
         Conn {
             inner,
             unread: VecDeque::new(),
             scripts: Vec::new(),
+            features,
         }
+    }
+
+    /// What the connection's server accepts.
+    pub(crate) fn features(&self) -> &ServerFeatures {
+        &self.features
     }
 
     /// Notes that the server ran (or has) the script of `hash`.
@@ -223,6 +232,8 @@ struct PoolInner {
     made: AtomicU64,
     /// Connections with a number below this were made before a connection was seen dropped.
     epoch: AtomicU64,
+    /// What the server accepts, learned by its connections.
+    features: Arc<ServerFeatures>,
 }
 
 /// The connection pool of one server; cheap to clone.
@@ -254,6 +265,7 @@ impl Pool {
                 freed: Condvar::new(),
                 made: AtomicU64::new(0),
                 epoch: AtomicU64::new(0),
+                features: Arc::default(),
             }),
         }
     }
@@ -370,7 +382,7 @@ impl PoolInner {
         match made {
             Ok(conn) => Ok(Checkout {
                 pool: Arc::clone(self),
-                conn: Some(Conn::new(conn)),
+                conn: Some(Conn::new(conn, Arc::clone(&self.features))),
                 number: self.made.fetch_add(1, Ordering::Relaxed),
                 broken: false,
                 read_timeout: self.server.response_timeout,

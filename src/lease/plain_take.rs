@@ -22,6 +22,11 @@
 //! second round trip. So the plain commands are sent only for a lock whose counter this
 //! client saw started ([`SeededCounters`]): the first take of a name by a client is one script
 //! call, as before, and a name taken once per process (a job's id) never costs two.
+//!
+//! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first refusal tells the
+//! connection's server apart ([`ServerFeatures`](crate::connection::ServerFeatures)), that
+//! attempt is settled by the script, and every later one on that server goes to the script
+//! at once.
 
 use std::cell::Cell;
 use std::hash::Hasher;
@@ -111,6 +116,9 @@ pub(crate) fn acquire(
     ),
     took: &Cell<bool>,
 ) -> redis::RedisResult<AcquireReply> {
+    if !c.features().may_set_nx_get() {
+        return script(c);
+    }
     match plain(c, (keys, token, lease_ms), waits)? {
         Plain::Settled(reply) => Ok(reply),
         Plain::Unsettled => script(c),
@@ -144,13 +152,18 @@ fn plain(
     if !waits {
         pipe.cmd("PTTL").arg(&keys.lock);
     }
-    let replies: Vec<Value> = pipe.query(c)?;
+    // Each reply on its own: an error reply (a key of the wrong type, a server that refuses
+    // the `SET`'s form) leaves the attempt to the script.
+    let replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
+    if let Some(set) = replies.first() {
+        c.features().saw_set_nx_get(set);
+    }
     Ok(match replies.as_slice() {
-        [Value::Nil, Value::Int(fence), ..] if *fence >= SEEDED_FENCE => {
+        [Ok(Value::Nil), Ok(Value::Int(fence)), ..] if *fence >= SEEDED_FENCE => {
             Plain::Settled(AcquireReply::taken(*fence))
         }
-        [Value::Nil, ..] => Plain::Ours,
-        [Value::BulkString(holder), _, Value::Int(remaining)]
+        [Ok(Value::Nil), ..] => Plain::Ours,
+        [Ok(Value::BulkString(holder)), _, Ok(Value::Int(remaining))]
             if !waits && *remaining > 0 && holder.as_slice() != token.as_bytes() =>
         {
             Plain::Settled(AcquireReply::held(*remaining))

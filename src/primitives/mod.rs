@@ -47,7 +47,8 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("redmutex-scripts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("redis.sock");
-        let child = Command::new("redis-server")
+        let binary = std::env::var("REDMUTEX_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(binary)
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
             .arg("--unixsocket")
             .arg(&socket)

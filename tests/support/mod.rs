@@ -21,6 +21,60 @@ pub struct RedisServer {
     dir: PathBuf,
     child: Option<Child>,
     extra_args: Vec<String>,
+    binary: String,
+}
+
+/// The server binary that tests and benchmarks start: `$REDMUTEX_SERVER` (a path, which
+/// `scripts/ensure-redis --server NAME` prints), else `redis-server` from the `PATH`. Its
+/// `--sentinel` mode and `cluster-enabled yes` serve the Sentinel and Cluster tests too.
+pub fn server_binary() -> String {
+    std::env::var("REDMUTEX_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// What the server binary says of itself: its product and version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerVersion {
+    /// `"Redis"` or `"Valkey"`.
+    pub product: String,
+    /// (major, minor, patch).
+    pub version: (u32, u32, u32),
+}
+
+impl ServerVersion {
+    /// Whether it is Redis (not Valkey) older than `major.minor`.
+    pub fn redis_before(&self, major: u32, minor: u32) -> bool {
+        self.product == "Redis" && (self.version.0, self.version.1) < (major, minor)
+    }
+}
+
+/// The version of [`server_binary`], from its `--version` (`Redis server v=7.0.15 …`,
+/// `Valkey server v=9.1.2 …`), read once.
+pub fn server_version() -> ServerVersion {
+    static VERSION: std::sync::OnceLock<ServerVersion> = std::sync::OnceLock::new();
+    VERSION
+        .get_or_init(|| {
+            let binary = server_binary();
+            let out = Command::new(&binary)
+                .arg("--version")
+                .output()
+                .unwrap_or_else(|e| panic!("running {binary} --version (is it installed?): {e}"));
+            let text = String::from_utf8_lossy(&out.stdout);
+            let product = text.split_whitespace().next().unwrap_or("Redis").to_owned();
+            let number = text
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("v="))
+                .unwrap_or_else(|| panic!("no version in {binary} --version: {text}"));
+            let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            let mut next = || parts.next().unwrap_or(0);
+            ServerVersion {
+                product,
+                version: (next(), next(), next()),
+            }
+        })
+        .clone()
 }
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
@@ -38,6 +92,11 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--maxmemory", "1mb"]`…).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        Self::start_binary(&server_binary(), extra)
+    }
+
+    /// Starts `binary` (a `redis-server` of another version) with extra arguments.
+    pub fn start_binary(binary: &str, extra: &[&str]) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "redmutex-test-{}-{}",
             std::process::id(),
@@ -51,6 +110,7 @@ impl RedisServer {
                 dir: dir.clone(),
                 child: None,
                 extra_args: extra.iter().map(|s| s.to_string()).collect(),
+                binary: binary.to_owned(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -65,18 +125,23 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let child = Command::new("redis-server")
+        let mut command = Command::new(&self.binary);
+        command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--dir", self.dir.to_str().unwrap_or(".")])
-            .args(["--logfile", "redis.log"])
-            .args(["--enable-debug-command", "yes"])
+            .args(["--logfile", "redis.log"]);
+        // `DEBUG` is refused unless enabled, from Redis 7.0 on (6.2 has no such setting).
+        if self.binary != server_binary() || !server_version().redis_before(7, 0) {
+            command.args(["--enable-debug-command", "yes"]);
+        }
+        let child = command
             .args(&self.extra_args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("spawning redis-server (is it installed?): {e}"))?;
+            .map_err(|e| format!("spawning {} (is it installed?): {e}", self.binary))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {

@@ -33,7 +33,7 @@ impl SentinelProcess {
                 dir.display()
             );
             std::fs::write(&conf, text).expect("sentinel config");
-            let child = Command::new("redis-server")
+            let child = Command::new(super::server_binary())
                 .arg(&conf)
                 .arg("--sentinel")
                 .stdout(Stdio::null())

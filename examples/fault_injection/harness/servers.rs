@@ -25,6 +25,28 @@ pub enum Role {
     Sentinel { master: String, master_port: u16 },
 }
 
+/// The server binary to start: `$REDMUTEX_SERVER` (a path), else `redis-server`.
+fn server_binary() -> String {
+    std::env::var("REDMUTEX_SERVER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_owned())
+}
+
+/// Whether the binary takes `--enable-debug-command` (Redis 7.0 and later, and Valkey; the
+/// faults' `DEBUG SLEEP` needs it there, and Redis 6.2 allows `DEBUG` without it).
+fn takes_debug_setting(binary: &str) -> bool {
+    let Ok(out) = Command::new(binary).arg("--version").output() else {
+        return true;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let major = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .and_then(|v| v.split('.').next()?.parse::<u32>().ok());
+    !text.starts_with("Redis") || major.is_none_or(|major| major >= 7)
+}
+
 impl RedisProcess {
     /// Starts a standalone server on a free port; `tag` names its directory.
     pub fn start(tag: &str) -> AnyResult<RedisProcess> {
@@ -57,13 +79,17 @@ impl RedisProcess {
     }
 
     fn spawn(&mut self) -> AnyResult<()> {
-        let mut command = Command::new("redis-server");
+        let binary = server_binary();
+        let mut command = Command::new(&binary);
         match &self.role {
             Role::Data(extra) => {
                 command
                     .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .args(["--enable-debug-command", "yes"])
+                    .args(["--save", "", "--appendonly", "no"]);
+                if takes_debug_setting(&binary) {
+                    command.args(["--enable-debug-command", "yes"]);
+                }
+                command
                     .arg("--dir")
                     .arg(&self.dir)
                     .args(["--logfile", "redis.log"])
@@ -93,7 +119,7 @@ impl RedisProcess {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("cannot start redis-server (is it installed?): {e}"))?;
+            .map_err(|e| format!("cannot start {binary} (is it installed?): {e}"))?;
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

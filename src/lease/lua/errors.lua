@@ -6,3 +6,10 @@ local function is_type_error(reply)
   local err = reply['err'] or ''
   return string.sub(err, 1, 9) == 'WRONGTYPE' or string.find(err, 'not an integer', 1, true) ~= nil
 end
+-- Shared helper: the code an error of `redis.pcall` starts with (`WRONGTYPE`, `OOM`, ...).
+-- Redis before 7.0 puts `@user_script: <line>: -` before the errors it raises itself for a
+-- command it refuses to run (`OOM`, an ACL refusal): that is skipped.
+local function error_code(reply)
+  local err = reply['err'] or ''
+  return string.match(err, '^@user_script: %d+: %-?(%S+)') or string.match(err, '^(%S+)') or ''
+end

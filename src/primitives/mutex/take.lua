@@ -7,14 +7,34 @@
 -- A key of the wrong type where the lock should be is an error that leaves nothing behind: a
 -- fencing counter that only attempts without a script counted is deleted with it.
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
+
+-- `SET lock token NX PX lease GET`: the holder before (false: the lock was free and is now
+-- the token's), or an error reply. Redis before 7.0 refuses `NX` with `GET` (and has no
+-- `redis.REDIS_VERSION_NUM`): there a `GET`, then a `SET` when free, which the script runs
+-- as one step.
+local function set_if_free(lock, token, lease)
+  if redis.REDIS_VERSION_NUM then
+    return redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
+  end
+  local previous = redis.pcall('GET', lock)
+  if previous then
+    return previous
+  end
+  local set = redis.pcall('SET', lock, token, 'PX', lease)
+  if type(set) == 'table' and set['err'] then
+    return set
+  end
+  return false
+end
+
 local function take_lock(lock, fence, waiting, token, lease, waits)
-  local previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
+  local previous = set_if_free(lock, token, lease)
   if type(previous) == 'table' and previous['err'] then
     if is_type_error(previous) then
       forget_unseeded_fence(fence)
       return redis.error_reply('WRONGTYPE key ' .. lock .. ' exists but is not a lock')
     end
-    if string.sub(previous['err'], 1, 3) == 'OOM' then
+    if error_code(previous) == 'OOM' then
       -- Out of memory refuses even a SET NX that would not write: a held lock is still held
       -- (its waiters flag cannot be set, so waiters recheck rather than hear the release).
       local held_ttl = redis.pcall('PTTL', lock)
