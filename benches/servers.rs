@@ -117,7 +117,8 @@ fn main() {
     }
     println!("uncontended lock + unlock per server, {rounds} rounds of {round_time:?} each");
     let mut json = Json::default();
-    json.text("benchmark", "servers").num("rounds", rounds as f64);
+    json.text("benchmark", "servers")
+        .num("rounds", rounds as f64);
     let mut names = Vec::new();
     for s in servers {
         println!("  {} ({})", s.name, s.version);

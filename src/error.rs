@@ -342,25 +342,31 @@ fn is_acl_refusal_in_script(err: &redis::RedisError) -> bool {
 
 /// The code and text of an error reply. Redis before 7.0 puts `@user_script: <line>: ` (and
 /// a `-`) before the errors it raises inside a script for a command it refused to run (`OOM`,
-/// an ACL refusal): the code and text are read past it (`ERR` when the text has no code).
+/// an ACL refusal), and wraps one that ended the script in `ERR Error running script (call to
+/// …): @user_script:<line>: `: the code and text are read past that (`ERR` when the text has
+/// no code of its own).
 fn code_and_detail(err: &redis::RedisError) -> (Option<&str>, Option<&str>) {
-    match (err.code(), err.detail()) {
-        (Some(code), Some(detail)) if code.starts_with("@user_script") => {
-            let inner = detail
-                .trim_start_matches(|c: char| c.is_ascii_digit())
-                .trim_start_matches(':')
-                .trim_start()
-                .trim_start_matches('-');
-            match inner.split_once(' ') {
-                Some((code, rest))
-                    if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) =>
-                {
-                    (Some(code), Some(rest))
-                }
-                _ => (Some("ERR"), Some(inner)),
+    const MARK: &str = "@user_script: ";
+    let inner = match (err.code(), err.detail()) {
+        (Some(code), Some(detail)) if code.starts_with("@user_script") => detail,
+        (Some("ERR"), Some(detail)) if detail.starts_with("Error running script") => {
+            match detail.rfind(MARK) {
+                Some(at) => &detail[at + MARK.len()..],
+                None => return (err.code(), err.detail()),
             }
         }
-        other => other,
+        other => return other,
+    };
+    let inner = inner
+        .trim_start_matches(|c: char| c.is_ascii_digit())
+        .trim_start_matches(':')
+        .trim_start()
+        .trim_start_matches('-');
+    match inner.split_once(' ') {
+        Some((code, rest)) if !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase()) => {
+            (Some(code), Some(rest))
+        }
+        _ => (Some("ERR"), Some(inner)),
     }
 }
 
@@ -522,5 +528,17 @@ mod tests {
         let e = Error::from_call(&server(), acquiring(), reply(acl));
         assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
         assert!(e.to_string().contains("NOPERM"), "{e}");
+        // Raised by `redis.call`, which ends the script.
+        let ended = "ERR Error running script (call to f_27873f1f): @user_script:171: \
+                     @user_script: 171: The user executing the script can't run this command \
+                     or subcommand";
+        let e = Error::from_call(&server(), acquiring(), reply(ended));
+        assert_eq!(e.kind(), ErrorKind::Auth, "{e}");
+        let ended = "ERR Error running script (call to f_27873f1f): @user_script:118: \
+                     @user_script: 118: -OOM command not allowed when used memory > 'maxmemory'.";
+        let e = Error::from_call(&server(), acquiring(), reply(ended));
+        assert!(e.to_string().contains("out of memory"), "{e}");
+        let other = Error::from_call(&server(), acquiring(), reply("ERR Error running script"));
+        assert_eq!(other.kind(), ErrorKind::Server, "{other}");
     }
 }

@@ -362,7 +362,10 @@ fn idle_waiters_on_every_shard_are_woken_within_their_shard_and_cost_little() {
     match sharded_pubsub() {
         true => assert_eq!(broadcast, 0, "an announcement crossed the cluster bus"),
         // Classic pub/sub: every announcement crosses the bus.
-        false => assert!(broadcast >= 3, "{broadcast} announcements on the cluster bus"),
+        false => assert!(
+            broadcast >= 3,
+            "{broadcast} announcements on the cluster bus"
+        ),
     }
 }
 

@@ -185,14 +185,19 @@ fn a_waiters_flag_left_by_an_earlier_version_is_replaced_and_its_waiters_are_wok
         .arg(30_000)
         .query(&mut conn)
         .unwrap();
+    // Sharded pub/sub where the server has it (Redis 7.0 and later), classic before.
+    let (subscribe, numsub) = match support::server_version().redis_before(7, 0) {
+        true => ("SUBSCRIBE", "NUMSUB"),
+        false => ("SSUBSCRIBE", "SHARDNUMSUB"),
+    };
     let mut old = std::process::Command::new("redis-cli")
-        .args(["-p", &server.port().to_string(), "SSUBSCRIBE", channel])
+        .args(["-p", &server.port().to_string(), subscribe, channel])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     assert!(eventually(LIMIT, || {
         let n: (String, u64) = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
+            .arg(numsub)
             .arg(channel)
             .query(&mut server.conn())
             .unwrap();

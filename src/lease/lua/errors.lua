@@ -13,3 +13,11 @@ local function error_code(reply)
   local err = reply['err'] or ''
   return string.match(err, '^@user_script: %d+: %-?(%S+)') or string.match(err, '^(%S+)') or ''
 end
+-- Shared helper: raises an error of `redis.pcall` as the script's own error reply. Redis
+-- before 7.0 cannot raise a table: there its text (read past its prefix on the client side).
+local function raise(reply)
+  if redis.REDIS_VERSION_NUM then
+    error(reply)
+  end
+  error(reply['err'])
+end

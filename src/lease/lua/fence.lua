@@ -5,14 +5,14 @@
 -- counts of attempts that found their lock held (a `Mutex` attempt without a script also
 -- counts then), and no token was ever taken from it. When the counter is not an integer, the
 -- lock is given back and `nil` returned; on any other error the lock is given back and the
--- error raised. Needs `is_type_error` (errors.lua).
+-- error raised. Needs `is_type_error` and `raise` (errors.lua).
 local UNSEEDED_FENCE = 1099511627776
 local function next_fence(lock, counter)
   local fence = redis.pcall('INCR', counter)
   if type(fence) == 'table' then
     redis.call('DEL', lock)
     if not is_type_error(fence) then
-      error(fence)
+      raise(fence)
     end
     return nil
   end
