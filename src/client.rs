@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::config::{validate_lease, Config};
 use crate::connection::{
     Address, AddressKind, Cluster, ClusterAddress, ClusterSettings, Connections, IntoAddress,
-    NodeClients, Sentinel, SentinelAddress, SentinelSettings, Standalone,
+    NodeClients, PoolSettings, Sentinel, SentinelAddress, SentinelSettings, Standalone,
 };
 #[cfg(feature = "tls")]
 use crate::connection::{ClientCertificate, TlsSettings};
@@ -410,6 +410,8 @@ impl fmt::Debug for Client {
 #[derive(Debug, Clone)]
 pub struct Builder {
     pool_size: u32,
+    idle_timeout: Option<Duration>,
+    max_lifetime: Option<Duration>,
     connect_timeout: Duration,
     response_timeout: Duration,
     default_lease: Duration,
@@ -439,6 +441,8 @@ impl Builder {
     pub fn new() -> Self {
         Builder {
             pool_size: 16,
+            idle_timeout: Some(Duration::from_secs(600)),
+            max_lifetime: Some(Duration::from_secs(1800)),
             connect_timeout: Duration::from_secs(5),
             response_timeout: Duration::from_secs(3),
             default_lease: Duration::from_secs(30),
@@ -457,11 +461,32 @@ impl Builder {
         }
     }
 
-    /// The most connections the pool holds; each in-flight call uses one.
+    /// The most connections the pool holds; each in-flight call uses one. The pool is r2d2's,
+    /// one per server (each Sentinel or Cluster master, each Redlock instance), and makes a
+    /// connection only when a caller finds none idle.
     ///
     /// Defaults to 16. Must be at least 1.
     pub fn pool_size(mut self, size: u32) -> Self {
         self.pool_size = size;
+        self
+    }
+
+    /// How long a pooled connection may stay unused before it is closed (r2d2's
+    /// `idle_timeout`); `None` keeps idle connections open. Checked every 30 seconds.
+    ///
+    /// Defaults to 10 minutes. Must not be zero.
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// How old a pooled connection may grow before it is closed, once idle (r2d2's
+    /// `max_lifetime`); `None` keeps connections for as long as they work. Checked every 30
+    /// seconds.
+    ///
+    /// Defaults to 30 minutes. Must not be zero.
+    pub fn max_lifetime(mut self, lifetime: Option<Duration>) -> Self {
+        self.max_lifetime = lifetime;
         self
     }
 
@@ -687,6 +712,16 @@ impl Builder {
         if self.pool_size == 0 {
             return Err(Error::config("pool size must be at least 1"));
         }
+        if self.idle_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config(
+                "idle timeout must not be zero (None: no limit)",
+            ));
+        }
+        if self.max_lifetime.is_some_and(|t| t.is_zero()) {
+            return Err(Error::config(
+                "max lifetime must not be zero (None: no limit)",
+            ));
+        }
         if self.connect_timeout.is_zero() {
             return Err(Error::config("connect timeout must not be zero"));
         }
@@ -729,7 +764,11 @@ impl Builder {
         #[cfg(feature = "tls")]
         self.tls.validate()?;
         Ok(Config {
-            pool_size: self.pool_size,
+            pool: PoolSettings {
+                size: self.pool_size,
+                idle_timeout: self.idle_timeout,
+                max_lifetime: self.max_lifetime,
+            },
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             default_lease: self.default_lease,
@@ -892,7 +931,7 @@ impl Builder {
             redis_client,
             subscriber,
             server,
-            config.pool_size,
+            config.pool,
         )))
     }
 
@@ -910,7 +949,7 @@ impl Builder {
             nodes,
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
-            pool_size: config.pool_size,
+            pool: config.pool,
         })))
     }
 
@@ -964,7 +1003,7 @@ impl Builder {
             nodes,
             connect_timeout: config.connect_timeout,
             response_timeout: config.response_timeout,
-            pool_size: config.pool_size,
+            pool: config.pool,
         })))
     }
 }
@@ -1070,6 +1109,8 @@ mod tests {
     fn out_of_range_settings_are_config_errors() {
         let cases = [
             Builder::new().pool_size(0),
+            Builder::new().idle_timeout(Some(Duration::ZERO)),
+            Builder::new().max_lifetime(Some(Duration::ZERO)),
             Builder::new().connect_timeout(Duration::ZERO),
             Builder::new().response_timeout(Duration::ZERO),
             Builder::new().default_lease(Duration::ZERO),

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::connection::PoolSettings;
 use crate::error::{Error, Result};
 use crate::events::Events;
 
@@ -11,7 +12,7 @@ pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The validated settings of a client.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
-    pub(crate) pool_size: u32,
+    pub(crate) pool: PoolSettings,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) default_lease: Duration,

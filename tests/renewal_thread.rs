@@ -77,4 +77,25 @@ fn renewal_thread_starts_lazily_and_stops_with_the_client() {
     client.shutdown();
     assert_eq!(threads_named(RENEWAL), 0);
     assert_eq!(threads_named(NOTIFY), 0);
+    assert!(eventually(Duration::from_secs(30), || threads_named(POOL) == 0));
+
+    // One pool thread for every pool of the process: two clients of two servers (four
+    // pools with a Redlock over both) add one thread, which ends with the last of them.
+    let other = RedisServer::start();
+    let (a, b) = (
+        Client::open(server.url()).unwrap(),
+        Client::open(other.url()).unwrap(),
+    );
+    let redlock = redmutex::Redlock::open([server.url(), other.url()]).unwrap();
+    drop(a.mutex("a").lock().unwrap());
+    drop(b.mutex("b").lock().unwrap());
+    drop(redlock.mutex("r").lock().unwrap());
+    assert!(eventually(Duration::from_secs(30), || threads_named(POOL) == 1));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(threads_named(POOL), 1, "a pool thread per client or server");
+    drop((a, b, redlock));
+    assert!(
+        eventually(Duration::from_secs(30), || threads_named(POOL) == 0),
+        "pool thread still running after every client was dropped"
+    );
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::connection::{Checkout, Deployment, NodeClients, Pool, Redirect};
+use crate::connection::{Checkout, Deployment, NodeClients, Pool, PoolSettings, Redirect};
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
 
 /// The number of hash slots of a Redis Cluster.
@@ -61,7 +61,7 @@ pub(crate) struct ClusterSettings {
     pub(crate) nodes: NodeClients,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
-    pub(crate) pool_size: u32,
+    pub(crate) pool: PoolSettings,
 }
 
 /// One master: its address, its pool and its subscriber client.
@@ -234,7 +234,7 @@ impl Cluster {
             pool: Pool::new(
                 (s.nodes)(host, port, redis::ProtocolVersion::RESP2)?,
                 self.server_at(host, port),
-                s.pool_size,
+                s.pool,
             ),
             subscriber: (s.nodes)(host, port, redis::ProtocolVersion::RESP3)?,
         })

@@ -14,6 +14,7 @@
 
 mod address;
 mod cluster;
+mod conn;
 mod pool;
 mod sentinel;
 mod server_features;
@@ -31,7 +32,8 @@ use crate::error::{Doing, Error, Result, Server};
 pub use address::{Address, IntoAddress};
 pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
 pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
-pub(crate) use pool::{Checkout, Conn, OnReply, Pool};
+pub(crate) use conn::{Conn, OnReply};
+pub(crate) use pool::{Checkout, Pool, PoolSettings};
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
 pub(crate) use server_features::ServerFeatures;
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::connection::{Checkout, Deployment, NodeClients, Pool};
+use crate::connection::{Checkout, Deployment, NodeClients, Pool, PoolSettings};
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
 
 /// How to reach a Sentinel deployment.
@@ -27,7 +27,7 @@ pub(crate) struct SentinelSettings {
     pub(crate) nodes: NodeClients,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
-    pub(crate) pool_size: u32,
+    pub(crate) pool: PoolSettings,
 }
 
 /// The master in use.
@@ -202,7 +202,7 @@ impl Inner {
         }
         Ok(Master {
             subscriber: (s.nodes)(host, port, redis::ProtocolVersion::RESP3)?,
-            pool: Pool::new(client, server, s.pool_size),
+            pool: Pool::new(client, server, s.pool),
         })
     }
 }

@@ -1,6 +1,6 @@
 //! One standalone Redis server: every route is its one shard.
 
-use crate::connection::{Checkout, Deployment, Pool};
+use crate::connection::{Checkout, Deployment, Pool, PoolSettings};
 use crate::error::{Doing, Result, Server};
 
 /// A standalone server: a pool of connections, and the subscriber's RESP3 client.
@@ -16,10 +16,10 @@ impl Standalone {
         redis: redis::Client,
         subscriber: redis::Client,
         server: Server,
-        pool_size: u32,
+        pool: PoolSettings,
     ) -> Self {
         Standalone {
-            pool: Pool::new(redis, server, pool_size),
+            pool: Pool::new(redis, server, pool),
             subscriber,
         }
     }
