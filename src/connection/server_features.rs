@@ -25,6 +25,11 @@ impl ServerFeatures {
         self.set_nx_get.load(Ordering::Relaxed) != REFUSED
     }
 
+    /// Whether the server is known to take `SET … NX … GET`.
+    pub(crate) fn takes_set_nx_get(&self) -> bool {
+        self.set_nx_get.load(Ordering::Relaxed) == ACCEPTED
+    }
+
     /// Notes the server's reply to a `SET … NX … GET`.
     pub(crate) fn saw_set_nx_get(&self, reply: &redis::RedisResult<redis::Value>) {
         let seen = match reply {
@@ -60,7 +65,9 @@ mod tests {
         assert!(f.may_set_nx_get());
         f.saw_set_nx_get(&error("ERR syntax error"));
         assert!(!f.may_set_nx_get());
+        assert!(!f.takes_set_nx_get());
         f.saw_set_nx_get(&Ok(redis::Value::Nil));
         assert!(f.may_set_nx_get());
+        assert!(f.takes_set_nx_get());
     }
 }

@@ -23,10 +23,11 @@
 //! client saw started ([`SeededCounters`]): the first take of a name by a client is one script
 //! call, as before, and a name taken once per process (a job's id) never costs two.
 //!
-//! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first refusal tells the
-//! connection's server apart ([`ServerFeatures`](crate::connection::ServerFeatures)), that
-//! attempt is settled by the script, and every later one on that server goes to the script
-//! at once.
+//! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first plain take on a
+//! server sends the `SET` without the `INCR` (a probe that counts nothing on the counter), and
+//! its reply tells the server apart ([`ServerFeatures`](crate::connection::ServerFeatures)).
+//! That attempt is settled by the script; later ones send both commands where the server took
+//! the `SET`, and go to the script at once where it refused it.
 
 use std::cell::Cell;
 use std::hash::Hasher;
@@ -138,6 +139,10 @@ fn plain(
     (keys, token, lease_ms): (&LockKeys, &str, u64),
     waits: bool,
 ) -> redis::RedisResult<Plain> {
+    // Until the server is known to take `SET … NX … GET`, the `SET` goes alone: a server
+    // that refuses it (Redis 6.2) then counts nothing on the fencing counter, and one that
+    // takes it leaves the counter to the script this once.
+    let probing = !c.features().takes_set_nx_get();
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("SET")
@@ -146,27 +151,35 @@ fn plain(
         .arg("NX")
         .arg("PX")
         .arg(lease_ms)
-        .arg("GET")
-        .cmd("INCR")
-        .arg(&keys.fence);
+        .arg("GET");
+    if !probing {
+        pipe.cmd("INCR").arg(&keys.fence);
+    }
     if !waits {
         pipe.cmd("PTTL").arg(&keys.lock);
     }
     // Each reply on its own: an error reply (a key of the wrong type, a server that refuses
     // the `SET`'s form) leaves the attempt to the script.
     let replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
-    if let Some(set) = replies.first() {
+    let mut replies = replies.into_iter();
+    let set = replies.next();
+    if let Some(set) = &set {
         c.features().saw_set_nx_get(set);
     }
-    Ok(match replies.as_slice() {
-        [Ok(Value::Nil), Ok(Value::Int(fence)), ..] if *fence >= SEEDED_FENCE => {
-            Plain::Settled(AcquireReply::taken(*fence))
+    let fence = match probing {
+        true => None,
+        false => replies.next(),
+    };
+    let remaining = replies.next();
+    Ok(match (set, fence, remaining) {
+        (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence))), _) if fence >= SEEDED_FENCE => {
+            Plain::Settled(AcquireReply::taken(fence))
         }
-        [Ok(Value::Nil), ..] => Plain::Ours,
-        [Ok(Value::BulkString(holder)), _, Ok(Value::Int(remaining))]
-            if !waits && *remaining > 0 && holder.as_slice() != token.as_bytes() =>
+        (Some(Ok(Value::Nil)), _, _) => Plain::Ours,
+        (Some(Ok(Value::BulkString(holder))), _, Some(Ok(Value::Int(remaining))))
+            if !waits && remaining > 0 && holder.as_slice() != token.as_bytes() =>
         {
-            Plain::Settled(AcquireReply::held(*remaining))
+            Plain::Settled(AcquireReply::held(remaining))
         }
         _ => Plain::Unsettled,
     })

@@ -6,7 +6,14 @@
 -- counts then), and no token was ever taken from it. When the counter is not an integer, the
 -- lock is given back and `nil` returned; on any other error the lock is given back and the
 -- error raised. Needs `is_type_error` and `raise` (errors.lua).
+--
+-- A token is a Lua number below 2^53, and the counter's own text from there on: Lua's
+-- numbers are doubles, exact only below 2^53, while a Redis counter goes to 2^63 - 1 (and one
+-- migrated from another system may be anywhere). Redis replies with the text as it is, and
+-- the client reads both as integers; a counter at 2^63 - 1 cannot grow, and `INCR`'s error
+-- says so.
 local UNSEEDED_FENCE = 1099511627776
+local EXACT_BELOW = 9007199254740992
 local function next_fence(lock, counter)
   local fence = redis.pcall('INCR', counter)
   if type(fence) == 'table' then
@@ -21,7 +28,17 @@ local function next_fence(lock, counter)
     fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('SET', counter, string.format('%.0f', fence))
   end
+  if fence >= EXACT_BELOW then
+    return redis.call('GET', counter)
+  end
   return fence
+end
+-- A token from `next_fence` as text, exactly.
+local function fence_text(token)
+  if type(token) == 'string' then
+    return token
+  end
+  return string.format('%.0f', token)
 end
 -- `next_fence`, or nil and the error to reply with when the counter is not an integer.
 local function take_fence(lock, counter)

@@ -46,5 +46,5 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
   redis.call('LPOP', queue)
   redis.call('ZREM', timeouts, head)
   announce(prefix .. string.match(head, '^[^:]+'),
-    head .. ' ' .. string.format('%.0f', token) .. ' ' .. string.format('%.0f', now + tonumber(claim_ms)))
+    head .. ' ' .. fence_text(token) .. ' ' .. string.format('%.0f', now + tonumber(claim_ms)))
 end
