@@ -52,6 +52,13 @@ impl Identity {
         pipe
     }
 
+    /// `DEL`: the announcement of a client that shuts down cleanly.
+    pub(crate) fn withdraw(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("DEL");
+        cmd.arg(&self.key);
+        cmd
+    }
+
     /// `PEXPIRE`: keeps the announcement alive; replies 0 when it is gone (Redis lost it).
     pub(crate) fn keep(&self, ttl: Duration) -> redis::Cmd {
         let mut cmd = redis::cmd("PEXPIRE");

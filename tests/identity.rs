@@ -91,6 +91,34 @@ fn a_client_announces_who_it_is_and_costs_acquires_nothing() {
 }
 
 #[test]
+fn a_client_that_shuts_down_or_is_dropped_withdraws_its_announcement() {
+    let server = RedisServer::start();
+    for shut_down in [true, false] {
+        // A lease of 20 s: the announcement would expire 20 s after the last renewal.
+        let client = Client::builder()
+            .client_name("short-lived")
+            .default_lease(Duration::from_secs(20))
+            .renewal_interval(Duration::from_millis(300))
+            .open(server.url())
+            .unwrap();
+        let name = format!("brief-{shut_down}");
+        let guard = client.mutex(&name).lock().unwrap();
+        let id = announced_holder(&server, &name);
+        drop(guard);
+        match shut_down {
+            true => client.shutdown(),
+            false => drop(client),
+        }
+        // Gone at once, not a lease later.
+        assert!(
+            eventually(Duration::from_secs(10), || announcement(&server, &id).is_empty()),
+            "the announcement outlived a clean {}",
+            if shut_down { "shutdown" } else { "drop" }
+        );
+    }
+}
+
+#[test]
 fn a_dead_clients_announcement_is_gone_within_a_lease() {
     let server = RedisServer::start();
     let mut worker = support::spawn_worker(ENTRY, "holder", &server.url(), "");

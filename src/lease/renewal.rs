@@ -341,6 +341,9 @@ impl RenewalThread {
                 Err(RecvTimeoutError::Disconnected) => {
                     s.connections.settle_unread();
                     self.run_cleanups();
+                    if first_announcement.is_none() {
+                        self.withdraw_announcement();
+                    }
                     return;
                 }
             }
@@ -389,6 +392,20 @@ impl RenewalThread {
             Err(e) => Err(e),
         };
         if let Err(e) = result {
+            log::debug!("redmutex: {e}");
+        }
+    }
+
+    /// Deletes this client's announcement, as it shuts down cleanly (`redmutex list` then
+    /// shows no client that is gone). Best effort: a failure is logged, and the announcement
+    /// expires a lease later.
+    fn withdraw_announcement(&self) {
+        let s = &*self.shared;
+        let identity = &s.identity;
+        let doing = Doing::work("withdrawing this client's announcement");
+        if let Err(e) = s.connections.call(&identity.key, doing, |c| {
+            identity.withdraw().query::<i64>(c)
+        }) {
             log::debug!("redmutex: {e}");
         }
     }
