@@ -111,7 +111,8 @@ fn a_client_that_shuts_down_or_is_dropped_withdraws_its_announcement() {
         }
         // Gone at once, not a lease later.
         assert!(
-            eventually(Duration::from_secs(10), || announcement(&server, &id).is_empty()),
+            eventually(Duration::from_secs(10), || announcement(&server, &id)
+                .is_empty()),
             "the announcement outlived a clean {}",
             if shut_down { "shutdown" } else { "drop" }
         );

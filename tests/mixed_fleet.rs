@@ -202,3 +202,45 @@ fn a_bare_key_with_a_brace_is_refused() {
     let err = c.mutex("{tagged}:x").with_bare_key().lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
 }
+
+#[test]
+fn a_waiter_notices_a_holder_that_announces_nothing_within_its_backoff() {
+    let server = RedisServer::start();
+    // Default lease and renewal (a re-check every 10 s while announcements are live), and
+    // the default backoff cap of 500 ms.
+    let client = Client::open(server.url()).unwrap();
+    // Something that is not redmutex holds the key: a hand-written `SET NX PX`, as
+    // node-redlock or any other lock would write it.
+    let mut conn = server.conn();
+    let _: () = redis::cmd("SET")
+        .arg("foreign-job")
+        .arg("a3f1c9e0b4d2")
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut conn)
+        .unwrap();
+    let m = client.mutex("foreign-job").with_bare_key();
+    let waiter = std::thread::spawn(move || {
+        let g = m.lock().unwrap();
+        let got = Instant::now();
+        drop(g);
+        got
+    });
+    // Let the waiter find it held, subscribe and settle into its wait.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!waiter.is_finished(), "took a lock someone holds");
+    let released = Instant::now();
+    let _: () = redis::cmd("DEL")
+        .arg("foreign-job")
+        .query(&mut conn)
+        .unwrap();
+    let got = waiter.join().unwrap();
+    let noticed = got.duration_since(released);
+    // Within the backoff cap and a round trip, with room for a loaded machine; far below
+    // the 10 s re-check period it would wait for an announcement.
+    assert!(
+        noticed < Duration::from_secs(4),
+        "noticed after {noticed:?}"
+    );
+}

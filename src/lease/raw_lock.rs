@@ -24,7 +24,7 @@ use crate::lease::renewal::Registration;
 use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Subscription};
+use crate::waiting::{self, Attempt, Release, Subscription};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -281,12 +281,12 @@ impl RawLock {
         let seen = early.as_ref().map_or(0, Subscription::seen);
         match self.attempt(keys, lease, token, (may_wait, false, true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held(_) if !may_wait => {
+            Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
                 Ok(None)
             }
-            Attempt::Held(remaining) => {
-                let early = early.map(|sub| (sub, seen, remaining));
+            Attempt::Held(remaining, release) => {
+                let early = early.map(|sub| (sub, seen, remaining, release));
                 let waited = self.waiting(|| {
                     waiting::contend(
                         ctx.waiting(),
@@ -348,11 +348,11 @@ impl RawLock {
         }
         match self.attempt(keys, lease, &token, (false, false, false), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held(_) if !may_wait => {
+            Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
                 Ok(None)
             }
-            Attempt::Held(_) => {
+            Attempt::Held(..) => {
                 let sub = ctx.subscriber.subscribe(&channel, Some(Arc::clone(&token)));
                 self.wait_in_queue(keys, lease, deadline, &token, sub, true)
             }
@@ -510,9 +510,15 @@ impl RawLock {
                     if let (Some(contact), Some(server_ms)) = (contact, server_ms) {
                         contact.set(Some(Contact { sent_at, server_ms }));
                     }
-                    Ok(Attempt::Held(Duration::from_millis(
-                        u64::try_from(wait_ms).unwrap_or(0),
-                    )))
+                    // A negative time: the holder does not announce its release.
+                    let release = match wait_ms < 0 {
+                        true => Release::Unannounced,
+                        false => Release::Announced,
+                    };
+                    Ok(Attempt::Held(
+                        Duration::from_millis(wait_ms.unsigned_abs()),
+                        release,
+                    ))
                 }
                 Ok((AcquireReply { taken, value, .. }, _)) => Err(Error::new(
                     ErrorKind::Server,

@@ -33,8 +33,20 @@ pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 pub(crate) enum Attempt<W> {
     /// Taken: what the attempt won (a guard).
     Acquired(W),
-    /// Held by someone else (or not our turn) for at most this long.
-    Held(Duration),
+    /// Held by someone else (or not our turn) for at most this long, by a holder whose
+    /// release is or is not announced.
+    Held(Duration, Release),
+}
+
+/// Whether a holder's release is announced to the waiters.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Release {
+    /// A redmutex client holds the lock: its release is announced, and a waiter re-checks
+    /// only in case an announcement went astray.
+    Announced,
+    /// Something else holds it (redis-py's `Lock` on a bare key, a hand-written `SET NX
+    /// PX`): nothing will announce its release, so a waiter re-checks with the backoff.
+    Unannounced,
 }
 
 /// What the waiting loops use of a client.
@@ -77,7 +89,7 @@ pub(crate) fn contend<W>(
     lock_key: &Arc<str>,
     (channel, filter): (&Arc<str>, Option<Arc<str>>),
     deadline: Option<Instant>,
-    early: Option<(Subscription, u64, Duration)>,
+    early: Option<(Subscription, u64, Duration, Release)>,
     mut attempt: impl FnMut(bool) -> Result<Attempt<W>>,
 ) -> Result<Option<W>> {
     let wait = w.counters.contended_wait();
@@ -89,9 +101,14 @@ pub(crate) fn contend<W>(
     let named = filter.is_some();
     let (subscription, mut skip_attempt) = match (pass.take_baton(), early) {
         // The lock is a sibling's, and this client waits in Redis: wait for its turn.
-        (Some(baton), _) => (Some(baton.subscription), Some((baton.seen, Duration::MAX))),
+        (Some(baton), _) => (
+            Some(baton.subscription),
+            Some((baton.seen, Duration::MAX, Release::Announced)),
+        ),
         // Nobody led meanwhile: the failed attempt still stands.
-        (None, Some((sub, seen, ttl))) if !pass.waited => (Some(sub), Some((seen, ttl))),
+        (None, Some((sub, seen, ttl, release))) if !pass.waited => {
+            (Some(sub), Some((seen, ttl, release)))
+        }
         _ => (w.subscriber.subscribe(channel, filter), None),
     };
     let mut pause = Pause::new(subscription, w.config);
@@ -99,7 +116,7 @@ pub(crate) fn contend<W>(
         w.confirm(&pause, deadline);
     }
     loop {
-        let (seen, remaining) = match skip_attempt.take() {
+        let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
             None => {
                 let seen = pause.seen();
@@ -113,12 +130,12 @@ pub(crate) fn contend<W>(
                         }
                         return wait.finish(Ok(Some(won)));
                     }
-                    Ok(Attempt::Held(remaining)) => (seen, remaining),
+                    Ok(Attempt::Held(remaining, release)) => (seen, remaining, release),
                     Err(e) => return wait.finish(Err(e)),
                 }
             }
         };
-        if !pause.wait(seen, remaining, deadline) {
+        if !pause.wait(seen, remaining, release, deadline) {
             return wait.finish(Ok(None));
         }
     }
@@ -163,9 +180,9 @@ pub(crate) fn queue<W>(
     let mut rechecker = None;
     loop {
         let seen = pause.seen();
-        let remaining = match attempt() {
+        let (remaining, release) = match attempt() {
             Ok(Attempt::Acquired(won)) => return wait.finish(Ok(Some(won))),
-            Ok(Attempt::Held(remaining)) => remaining,
+            Ok(Attempt::Held(remaining, release)) => (remaining, release),
             Err(e) => {
                 if !e.outcome_unknown() {
                     leave();
@@ -178,7 +195,7 @@ pub(crate) fn queue<W>(
                 rechecker = w.rechecks.try_lead(lock_key);
             }
             if rechecker.is_some() || !pause.is_live() {
-                break pause.wait(seen, remaining, deadline);
+                break pause.wait(seen, remaining, release, deadline);
             }
             match pause.wait_woken(seen, deadline) {
                 // Woken by an announcement, or the deadline passed.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
 use super::subscriber::Subscription;
+use super::Release;
 use crate::config::Config;
 
 pub(crate) struct Pause {
@@ -78,14 +79,23 @@ impl Pause {
         }
     }
 
-    /// Waits after an attempt that found the lock held for up to `hint`. Returns `false`
-    /// without waiting when `deadline` has passed.
-    pub(crate) fn wait(&mut self, seen: u64, hint: Duration, deadline: Option<Instant>) -> bool {
+    /// Waits after an attempt that found the lock held for up to `hint`: for an announcement
+    /// or a re-check period while announcements are live and the holder's release is
+    /// announced, else for the next backoff delay (the holder is not a redmutex client, or
+    /// announcements do not reach this waiter). Returns `false` without waiting when
+    /// `deadline` has passed.
+    pub(crate) fn wait(
+        &mut self,
+        seen: u64,
+        hint: Duration,
+        release: Release,
+        deadline: Option<Instant>,
+    ) -> bool {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             return false;
         }
-        let step = if self.is_live() {
+        let step = if self.is_live() && release == Release::Announced {
             self.recheck
         } else {
             self.backoff.next_delay()

@@ -27,6 +27,9 @@ local function set_if_free(lock, token, lease)
   return false
 end
 
+-- A redmutex client's token starts with its client id, 32 hex digits, and a colon.
+local REDMUTEX_TOKEN = '^' .. string.rep('%x', 32) .. ':'
+
 local function take_lock(lock, fence, waiting, token, lease, waits)
   local previous = set_if_free(lock, token, lease)
   if type(previous) == 'table' and previous['err'] then
@@ -67,6 +70,12 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     local since = redis.pcall('GET', fence)
     register_waiter(waiting, token, tonumber(type(since) == 'string' and since or '0') or 0,
       ttl + tonumber(lease))
+  end
+  if not string.match(previous, REDMUTEX_TOKEN) then
+    -- Not a redmutex client's token (redis-py's `Lock` on a bare key, a hand-written
+    -- `SET NX PX`): nobody will announce its release. The time left goes back negative,
+    -- which tells the waiter to re-check with its backoff.
+    return {0, -ttl}
   end
   return {0, ttl}
 end
