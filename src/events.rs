@@ -153,6 +153,58 @@ pub trait EventHandler: Send + Sync + 'static {
     fn waiting(&self, _event: &Waiting<'_>) {}
 }
 
+/// A shared handler: keep an `Arc` of it to read what it counted while the client tells it
+/// of events.
+///
+/// # Examples
+///
+/// ```no_run
+/// # fn main() -> redmutex::Result<()> {
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::sync::Arc;
+/// use redmutex::events::{Acquired, EventHandler};
+///
+/// #[derive(Default)]
+/// struct Count(AtomicU64);
+///
+/// impl EventHandler for Count {
+///     fn acquired(&self, _: &Acquired<'_>) {
+///         self.0.fetch_add(1, Ordering::Relaxed);
+///     }
+/// }
+///
+/// let count = Arc::new(Count::default());
+/// let client = redmutex::Client::builder()
+///     .event_handler(Arc::clone(&count))
+///     .open("redis://127.0.0.1/")?;
+/// drop(client.mutex("report").lock()?);
+/// println!("{} acquisitions", count.0.load(Ordering::Relaxed));
+/// # Ok(()) }
+/// ```
+impl<T: EventHandler> EventHandler for Arc<T> {
+    fn acquired(&self, event: &Acquired<'_>) {
+        (**self).acquired(event)
+    }
+    fn released(&self, event: &Released<'_>) {
+        (**self).released(event)
+    }
+    fn timed_out(&self, event: &TimedOut<'_>) {
+        (**self).timed_out(event)
+    }
+    fn failed(&self, event: &Failed<'_>) {
+        (**self).failed(event)
+    }
+    fn lease_lost(&self, event: &LeaseLost<'_>) {
+        (**self).lease_lost(event)
+    }
+    fn renewed(&self, event: &Renewed) {
+        (**self).renewed(event)
+    }
+    fn waiting(&self, event: &Waiting<'_>) {
+        (**self).waiting(event)
+    }
+}
+
 /// The handlers of one client.
 #[derive(Clone, Default)]
 pub(crate) struct Events {

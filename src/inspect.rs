@@ -80,10 +80,11 @@ pub struct HolderInfo {
 pub struct LockInfo {
     /// The lock's name.
     pub name: String,
-    /// What kinds of primitive its keys show: `lock` (a held `Mutex`, or a `FairMutex` that
-    /// nobody waits for), `FairMutex` (a queue), `RwLock` (readers or a writer's claim),
-    /// `Shared` (a value), `Semaphore`. Empty when only the fencing counter is left (the name
-    /// was used, and is free).
+    /// What kinds of primitive its keys show, by the names events use
+    /// ([`Acquired::kind`](crate::events::Acquired::kind)): `Mutex` (a held lock; a
+    /// `FairMutex` that nobody waits for has the same keys), `FairMutex` (a queue), `RwLock`
+    /// (readers or a writer's claim), `Shared` (a value), `Semaphore`. Empty when only the
+    /// fencing counter is left (the name was used, and is free).
     pub kinds: Vec<&'static str>,
     /// The exclusive holder (a `Mutex`, `FairMutex`, `Shared` or `RwLock` writer).
     pub holder: Option<HolderInfo>,
@@ -452,7 +453,7 @@ fn assemble(name: &str, raw: Raw, clients: &BTreeMap<String, ClientInfo>) -> Loc
     }
     if raw.holder.is_some() && kinds.is_empty() {
         // A `Mutex`, or a `FairMutex` that nobody waits for: the keys look alike.
-        kinds.push("lock");
+        kinds.push("Mutex");
     }
     if raw.permits.is_some() || !raw.sem_holders.is_empty() {
         kinds.push("Semaphore");

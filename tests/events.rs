@@ -14,10 +14,11 @@ use support::{eventually, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// Keeps every event as a line of text.
-#[derive(Default, Clone)]
+/// Keeps every event as a line of text; shared with the client as an `Arc`, which is a
+/// handler too.
+#[derive(Default)]
 struct Recorder {
-    lines: Arc<Mutex<Vec<String>>>,
+    lines: Mutex<Vec<String>>,
 }
 
 impl Recorder {
@@ -64,11 +65,11 @@ impl EventHandler for Recorder {
     }
 }
 
-fn client(server: &RedisServer, recorder: &Recorder) -> Client {
+fn client(server: &RedisServer, recorder: &Arc<Recorder>) -> Client {
     Client::builder()
         .default_lease(Duration::from_secs(2))
         .renewal_interval(Duration::from_millis(200))
-        .event_handler(recorder.clone())
+        .event_handler(Arc::clone(recorder))
         .open(server.url())
         .unwrap()
 }
@@ -76,7 +77,7 @@ fn client(server: &RedisServer, recorder: &Recorder) -> Client {
 #[test]
 fn acquisitions_and_releases_are_told_with_their_times_and_reentries_are_not() {
     let server = RedisServer::start();
-    let events = Recorder::default();
+    let events = Arc::new(Recorder::default());
     let c = client(&server, &events);
     let m = c.mutex("ledger");
     let outer = m.lock().unwrap();
@@ -103,7 +104,7 @@ fn acquisitions_and_releases_are_told_with_their_times_and_reentries_are_not() {
 #[test]
 fn a_timed_out_wait_is_told_and_waiting_threads_are_balanced() {
     let server = RedisServer::start();
-    let events = Recorder::default();
+    let events = Arc::new(Recorder::default());
     let holder = Client::open(server.url()).unwrap();
     let c = client(&server, &events);
     let held = holder.mutex("busy").lock().unwrap();
@@ -127,7 +128,7 @@ fn a_timed_out_wait_is_told_and_waiting_threads_are_balanced() {
 #[test]
 fn failures_and_lost_leases_are_told() {
     let server = RedisServer::start();
-    let events = Recorder::default();
+    let events = Arc::new(Recorder::default());
     let c = client(&server, &events);
     let _: () = redis::cmd("HSET")
         .arg("redmutex:{typed}")

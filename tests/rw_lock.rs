@@ -397,3 +397,35 @@ fn a_read_hold_is_renewed_past_its_lease() {
     r.unlock().unwrap();
     assert!(other.rwlock("renewed").try_write().unwrap().is_some());
 }
+
+#[test]
+fn a_fixed_lease_is_not_renewed_and_a_writer_may_extend_it() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .renewal_interval(Duration::from_millis(200))
+        .open(server.url())
+        .unwrap();
+    let rw = client
+        .rwlock("fixed")
+        .with_lease(Duration::from_millis(1500));
+    let w = rw.write().unwrap();
+    let ttl = |server: &RedisServer| -> i64 {
+        redis::cmd("PTTL")
+            .arg("redmutex:{fixed}")
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    assert!(ttl(&server) <= 1500);
+    // Not renewed: still at most the fixed lease after several renewal periods.
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(ttl(&server) <= 800, "renewed: {}", ttl(&server));
+    w.extend(Duration::from_secs(30)).unwrap();
+    assert!(ttl(&server) > 29_000);
+    w.set_lease(Duration::from_millis(300)).unwrap();
+    assert!(ttl(&server) <= 300);
+    // Runs out: the hold is lost and someone else writes.
+    assert!(eventually(Duration::from_secs(30), || w.is_lost()));
+    let other = Client::open(server.url()).unwrap();
+    assert!(other.rwlock("fixed").try_write().unwrap().is_some());
+    assert_eq!(w.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+}

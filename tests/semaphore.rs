@@ -516,3 +516,51 @@ fn raising_the_count_wakes_the_fair_waiters_it_lets_in() {
     );
     drop(held);
 }
+
+#[test]
+fn several_permits_are_waited_for_within_a_timeout() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let slots = client.semaphore("slots", 4);
+    // Another thread holds three of the four for a while.
+    let (held, released) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let holder = std::thread::spawn(move || {
+        let permit = other
+            .semaphore("slots", 4)
+            .try_acquire_many(3)
+            .unwrap()
+            .unwrap();
+        held.0.send(()).unwrap();
+        released.1.recv().unwrap();
+        drop(permit);
+    });
+    held.1.recv().unwrap();
+    // Two of four with three held: not within 300 ms.
+    let started = std::time::Instant::now();
+    assert!(slots
+        .try_acquire_many_for(2, Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    // Freed while it waits: taken within the timeout.
+    let free_soon = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        released.0.send(()).unwrap();
+    });
+    let got = slots
+        .try_acquire_many_for(2, Duration::from_secs(30))
+        .unwrap()
+        .expect("two permits after the release");
+    assert_eq!(got.permits(), 2);
+    free_soon.join().unwrap();
+    holder.join().unwrap();
+    // More than exist: refused at once.
+    let err = slots
+        .try_acquire_many_until(5, std::time::Instant::now() + Duration::from_secs(30))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}

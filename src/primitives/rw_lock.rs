@@ -239,6 +239,34 @@ impl RwLock {
         }
     }
 
+    /// This handle, with a fixed lease for its readers and writers that is not renewed:
+    /// each hold ends when its lease runs out unless released or extended before (as
+    /// [`Mutex::with_lease`](crate::Mutex::with_lease)).
+    ///
+    /// A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported by the
+    /// first operation as an [`ErrorKind::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let rebuild = client.rwlock("index").with_lease(Duration::from_secs(60));
+    /// if let Some(w) = rebuild.try_write()? {
+    ///     // ... at most a minute of work; extend if it needs more ...
+    ///     w.extend(Duration::from_secs(60))?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(self, lease: Duration) -> Self {
+        RwLock {
+            read: self.read.with_lease(lease),
+            write: self.write.with_lease(lease),
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         self.read.name()
@@ -441,6 +469,41 @@ impl RwLockWriteGuard {
     /// [`ErrorKind::LockLost`] when it is not; connection and timeout errors.
     pub fn verify(&self) -> Result<Duration> {
         self.inner.verify()
+    }
+
+    /// Adds `additional` to the write hold's remaining lease, if it is still held, as
+    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`] for a duration under 1 ms or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE); [`ErrorKind::LockLost`] when the hold is gone (it is
+    /// never re-created); connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let w = client.rwlock("index").with_lease(Duration::from_secs(30)).write()?;
+    /// // ... the rebuild takes longer than planned ...
+    /// w.extend(Duration::from_secs(30))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.inner.extend(additional)
+    }
+
+    /// Replaces the write hold's remaining lease with `remaining`, if it is still held, as
+    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`extend`](Self::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.inner.set_lease(remaining)
     }
 
     /// Releases the write hold now and says how it went.

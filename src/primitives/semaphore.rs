@@ -314,6 +314,47 @@ impl Semaphore {
         self.take(1, Some(deadline))
     }
 
+    /// Waits up to `timeout` for `n` permits, all at once or none.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire_many`](Semaphore::acquire_many).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let slots = client.semaphore("gpu-slots", 8);
+    /// match slots.try_acquire_many_for(4, Duration::from_secs(2))? {
+    ///     Some(permit) => println!("running on {} slots", permit.permits()),
+    ///     None => println!("busy"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_many_for(
+        &self,
+        n: u32,
+        timeout: Duration,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.take(n, Instant::now().checked_add(timeout))
+    }
+
+    /// Waits until `deadline` for `n` permits, all at once or none.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire_many`](Semaphore::acquire_many).
+    pub fn try_acquire_many_until(
+        &self,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Option<SemaphorePermit>> {
+        self.take(n, Some(deadline))
+    }
+
     /// How many permits are free now. One round trip.
     ///
     /// # Errors
