@@ -179,21 +179,19 @@ impl Client {
     }
 
     /// A handle to the locks called `names`, held together: all or none. See [`MultiLock`].
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) when no name is
-    /// given, or one is given twice (a bad name is reported by the first acquire).
+    /// Cheap; nothing is sent to Redis. As with every other handle, bad input is reported by
+    /// the first acquire: [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// when no name is given, one is given twice, or a name is not valid.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # fn main() -> redmutex::Result<()> {
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let _both = client.multi_lock(["account:17", "account:42"])?.lock()?;
+    /// let _both = client.multi_lock(["account:17", "account:42"]).lock()?;
     /// # Ok(()) }
     /// ```
-    pub fn multi_lock<I>(&self, names: I) -> Result<MultiLock>
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
     where
         I: IntoIterator,
         I::Item: AsRef<str>,

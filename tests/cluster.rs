@@ -388,7 +388,7 @@ fn every_primitive_works_with_names_on_every_shard() {
     }
     let all: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
     // A multi-lock over all three shards excludes a plain Mutex on each.
-    let multi = client.multi_lock(&all).unwrap().lock().unwrap();
+    let multi = client.multi_lock(&all).lock().unwrap();
     for name in &all {
         assert!(other.mutex(name).try_lock().unwrap().is_none());
     }
@@ -397,7 +397,7 @@ fn every_primitive_works_with_names_on_every_shard() {
     for name in &all {
         let together = [format!("{{{name}}}:a"), format!("{{{name}}}:b")];
         let before = client.stats().attempts;
-        let both = client.multi_lock(&together).unwrap().lock().unwrap();
+        let both = client.multi_lock(&together).lock().unwrap();
         assert_eq!(client.stats().attempts - before, 1, "{together:?}");
         assert!(other.mutex(&together[1]).try_lock().unwrap().is_none());
         both.unlock().unwrap();

@@ -24,9 +24,9 @@ fn all_or_nothing_and_nothing_left_behind() {
     let c = Client::open(server.url()).unwrap();
     let other = Client::open(server.url()).unwrap();
     let b = other.mutex("b").lock().unwrap();
-    let multi = c.multi_lock(["c", "a", "b"]).unwrap();
+    let multi = c.multi_lock(["c", "a", "b"]);
     // One order, whatever order the names were given in.
-    let again = c.multi_lock(["b", "c", "a"]).unwrap();
+    let again = c.multi_lock(["b", "c", "a"]);
     assert_eq!(multi.names(), again.names());
     assert!(multi.try_lock().unwrap().is_none());
     assert!(multi
@@ -53,7 +53,7 @@ fn overlapping_sets_in_opposite_orders_never_deadlock() {
         .map(|names| {
             let c = Client::open(server.url()).unwrap();
             std::thread::spawn(move || {
-                let multi = c.multi_lock(names).unwrap();
+                let multi = c.multi_lock(names);
                 for _ in 0..20 {
                     let g = multi.lock().unwrap();
                     std::thread::sleep(Duration::from_millis(1));
@@ -72,23 +72,13 @@ fn a_multi_lock_and_plain_mutexes_exclude_each_other() {
     let server = RedisServer::start();
     let c = Client::open(server.url()).unwrap();
     let other = Client::open(server.url()).unwrap();
-    let both = c.multi_lock(["m1", "m2"]).unwrap().lock().unwrap();
+    let both = c.multi_lock(["m1", "m2"]).lock().unwrap();
     assert!(other.mutex("m2").try_lock().unwrap().is_none());
     both.unlock().unwrap();
     let m1 = other.mutex("m1").lock().unwrap();
-    assert!(c
-        .multi_lock(["m1", "m2"])
-        .unwrap()
-        .try_lock()
-        .unwrap()
-        .is_none());
+    assert!(c.multi_lock(["m1", "m2"]).try_lock().unwrap().is_none());
     drop(m1);
-    assert!(c
-        .multi_lock(["m1", "m2"])
-        .unwrap()
-        .try_lock()
-        .unwrap()
-        .is_some());
+    assert!(c.multi_lock(["m1", "m2"]).try_lock().unwrap().is_some());
 }
 
 #[test]
@@ -96,20 +86,28 @@ fn bad_input_is_a_clear_error_and_takes_nothing() {
     let server = RedisServer::start();
     let c = Client::open(server.url()).unwrap();
     let none: [&str; 0] = [];
-    let err = c.multi_lock(none).unwrap_err();
+    // Reported by the first acquire, of every form, as a bad name is by any handle.
+    let err = c.multi_lock(none).lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
-    let err = c.multi_lock(["a", "b", "a"]).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let twice = c.multi_lock(["a", "b", "a"]);
+    for err in [
+        twice.try_lock().unwrap_err(),
+        twice.try_lock_for(Duration::from_secs(1)).unwrap_err(),
+    ] {
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert!(err.to_string().contains("twice"), "{err}");
+    }
+    assert!(!exists(&server, "redmutex:{a}"), "a hold was taken");
     let _: () = redis::cmd("HSET")
         .arg("redmutex:{q}")
         .arg("f")
         .arg("v")
         .query(&mut server.conn())
         .unwrap();
-    let err = c.multi_lock(["p", "q"]).unwrap().try_lock().unwrap_err();
+    let err = c.multi_lock(["p", "q"]).try_lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
     assert!(!exists(&server, "redmutex:{p}"), "a partial hold was left");
-    let err = c.multi_lock(["ok", ""]).unwrap().lock().unwrap_err();
+    let err = c.multi_lock(["ok", ""]).lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(!exists(&server, "redmutex:{ok}"), "a partial hold was left");
 }
@@ -130,7 +128,7 @@ fn names_of_one_hash_tag_are_taken_in_one_round_trip() {
     let server = RedisServer::start();
     let c = Client::open(server.url()).unwrap();
     let other = Client::open(server.url()).unwrap();
-    let multi = c.multi_lock(TAGGED).unwrap();
+    let multi = c.multi_lock(TAGGED);
     let before = c.stats().attempts;
     let all = multi.lock().unwrap();
     assert_eq!(
@@ -164,7 +162,7 @@ fn a_held_name_of_the_tag_is_waited_for_and_nothing_is_left_behind() {
     let server = RedisServer::start();
     let c = Client::open(server.url()).unwrap();
     let other = Client::open(server.url()).unwrap();
-    let multi = c.multi_lock(TAGGED).unwrap();
+    let multi = c.multi_lock(TAGGED);
     let order = multi.names();
     // The second in the order is held: the script takes the first, and stops there.
     let held = other.mutex(order[1]).lock().unwrap();
@@ -193,7 +191,7 @@ fn a_held_name_of_the_tag_is_waited_for_and_nothing_is_left_behind() {
 fn a_key_of_the_wrong_type_in_a_tag_takes_nothing() {
     let server = RedisServer::start();
     let c = Client::open(server.url()).unwrap();
-    let multi = c.multi_lock(TAGGED).unwrap();
+    let multi = c.multi_lock(TAGGED);
     let last = multi.names()[2].to_owned();
     let _: () = redis::cmd("HSET")
         .arg(key_of(&last))
@@ -215,4 +213,27 @@ fn a_key_of_the_wrong_type_in_a_tag_takes_nothing() {
         .query(&mut server.conn())
         .unwrap();
     assert_eq!(kind, "hash");
+}
+
+#[test]
+fn an_unlock_names_every_lock_that_was_lost() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let guard = client
+        .multi_lock(["ledger", "payments", "refunds"])
+        .lock()
+        .unwrap();
+    assert!(other.mutex("payments").force_unlock().unwrap());
+    assert!(other.mutex("refunds").force_unlock().unwrap());
+    let err = guard.unlock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"payments\"") && text.contains("\"refunds\""),
+        "{text}"
+    );
+    assert!(!text.contains("\"ledger\""), "{text}");
+    // The one still held was released.
+    assert!(!client.mutex("ledger").is_locked().unwrap());
 }

@@ -48,7 +48,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
 /// ```no_run
 /// # fn main() -> redmutex::Result<()> {
 /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-/// let transfer = client.multi_lock(["account:17", "account:42"])?;
+/// let transfer = client.multi_lock(["account:17", "account:42"]);
 /// let guard = transfer.lock()?; // both accounts, or an error and neither
 /// // ... move the money ...
 /// guard.unlock()?;
@@ -58,27 +58,29 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
 pub struct MultiLock {
     /// In the order they are taken, with the hash slot of each.
     locks: Vec<(u16, Mutex)>,
+    /// Why the names cannot be locked together (none, or one given twice): reported by the
+    /// first acquire, as a bad name is by every other handle.
+    invalid: Option<Error>,
 }
 
 impl MultiLock {
-    pub(crate) fn new<I>(ctx: &Arc<LockContext>, names: I) -> Result<Self>
+    pub(crate) fn new<I>(ctx: &Arc<LockContext>, names: I) -> Self
     where
         I: IntoIterator,
         I::Item: AsRef<str>,
     {
         let mut names: Vec<String> = names.into_iter().map(|n| n.as_ref().to_owned()).collect();
-        if names.is_empty() {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                "a multi-lock needs at least one name",
-            ));
-        }
         names.sort();
-        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(Error::new(
-                ErrorKind::InvalidArgument,
-                format!("the name {:?} is given twice", twice[0]),
-            ));
+        let invalid = match names.windows(2).find(|w| w[0] == w[1]) {
+            _ if names.is_empty() => Some("a multi-lock needs at least one name".to_owned()),
+            Some(twice) => Some(format!("the name {:?} is given twice", twice[0])),
+            None => None,
+        };
+        if let Some(why) = invalid {
+            return MultiLock {
+                locks: Vec::new(),
+                invalid: Some(Error::new(ErrorKind::InvalidArgument, why)),
+            };
         }
         // By slot, then by name: one global order, with the names of one slot side by side.
         let prefix = &ctx.config.key_prefix;
@@ -87,12 +89,13 @@ impl MultiLock {
             .map(|n| (slot_of(format!("{prefix}:{{{n}}}").as_bytes()), n))
             .collect();
         slotted.sort();
-        Ok(MultiLock {
+        MultiLock {
             locks: slotted
                 .into_iter()
                 .map(|(slot, n)| (slot, Mutex::new(Arc::clone(ctx), &n)))
                 .collect(),
-        })
+            invalid: None,
+        }
     }
 
     /// The names, in the order they are taken.
@@ -138,6 +141,9 @@ impl MultiLock {
     }
 
     fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {
+        if let Some(invalid) = &self.invalid {
+            return Err(invalid.clone());
+        }
         let mut guards = Vec::with_capacity(self.locks.len());
         while guards.len() < self.locks.len() {
             let next = guards.len();
@@ -287,15 +293,41 @@ impl MultiLockGuard {
     ///
     /// # Errors
     ///
-    /// The first error, as for [`MutexGuard::unlock`].
+    /// As for [`MutexGuard::unlock`]: a connection or timeout error (the first, when several
+    /// locks had one) before [`ErrorKind::LockLost`], whose message names every lock that
+    /// was lost.
     pub fn unlock(self) -> Result<()> {
-        let mut first = None;
+        let mut failed = None;
+        let mut lost: Vec<(String, Error)> = Vec::new();
         for guard in self.guards.into_iter().rev() {
-            if let Err(e) = guard.unlock() {
-                first.get_or_insert(e);
+            let name = guard.name().to_owned();
+            match guard.unlock() {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::LockLost => lost.push((name, e)),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
             }
         }
-        first.map_or(Ok(()), Err)
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match lost.len() {
+            0 => Ok(()),
+            1 => Err(lost.remove(0).1),
+            n => {
+                lost.reverse();
+                let names: Vec<String> = lost.iter().map(|(name, _)| format!("{name:?}")).collect();
+                Err(Error::new(
+                    ErrorKind::LockLost,
+                    format!(
+                        "{n} locks of the multi-lock were lost ({}); the first: {}",
+                        names.join(", "),
+                        lost[0].1
+                    ),
+                ))
+            }
+        }
     }
 }
 
