@@ -282,6 +282,32 @@ impl Error {
         Error::new(kind, message).with_source(err).at_checkout()
     }
 
+    /// An error of the handshake of a connection the server accepted (`AUTH`, `SELECT`), as
+    /// the checkout that connected reports it.
+    pub(crate) fn from_handshake(
+        server: &Server,
+        doing: Doing<'_>,
+        err: redis::RedisError,
+    ) -> Self {
+        let at = &server.address;
+        if err.is_timeout() {
+            let message = format!(
+                "redis at {at} accepted a connection but did not answer its handshake within {} \
+                 while {doing}",
+                human(server.connect_timeout)
+            );
+            return Error::new(ErrorKind::Connection, message)
+                .with_source(err)
+                .at_checkout();
+        }
+        let kind = match redis_error_kind(&err) {
+            ErrorKind::Timeout => ErrorKind::Connection,
+            kind => kind,
+        };
+        let message = format!("cannot connect to redis at {at} while {doing}: {err}");
+        Error::new(kind, message).with_source(err).at_checkout()
+    }
+
     /// Whether Redis replied with this error code (`READONLY`, `MOVED`, …).
     pub(crate) fn is_server_code(&self, code: &str) -> bool {
         self.source

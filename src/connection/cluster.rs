@@ -283,9 +283,14 @@ impl Deployment for Cluster {
         }
     }
 
-    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
+    fn checkout(
+        &self,
+        shard: usize,
+        doing: Doing<'_>,
+        within: Option<Duration>,
+    ) -> Result<Checkout> {
         match self.shard_at(shard) {
-            Some(s) => s.pool.get(doing),
+            Some(s) => s.pool.get(doing, within),
             None => Err(self.no_master(doing)),
         }
     }

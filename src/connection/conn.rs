@@ -154,11 +154,14 @@ impl redis::ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
-        if self.unread.is_empty() || offset != 0 {
+        if offset != 0 {
             self.settle()?;
             return self.inner.req_packed_commands(cmd, offset, count);
         }
         // A plain pipeline (not a transaction) goes out first too, as a single command does.
+        // Its replies are read here, one by one, and the first read that fails (a time-out)
+        // ends the call: redis-rs would go on and wait for every later reply in turn, so that
+        // a silent server would cost a pipeline its length times the response timeout.
         self.inner.send_packed_command(cmd)?;
         self.settle()?;
         let mut replies = Vec::with_capacity(count);

@@ -15,6 +15,7 @@
 mod address;
 mod cluster;
 mod conn;
+mod handshake;
 mod pool;
 mod sentinel;
 mod server_features;
@@ -64,8 +65,14 @@ pub(crate) trait Deployment: Send + Sync {
     /// The shard whose server holds the keys of `route` (a lock's main key).
     fn shard_of(&self, route: &str) -> usize;
 
-    /// A pooled connection to the server of `shard`, within the connect timeout.
-    fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout>;
+    /// A pooled connection to the server of `shard`, within the connect timeout, or within
+    /// `within` when that is shorter (a Redlock round's per-instance timeout).
+    fn checkout(
+        &self,
+        shard: usize,
+        doing: Doing<'_>,
+        within: Option<Duration>,
+    ) -> Result<Checkout>;
 
     /// A new connection for a subscriber of `shard`'s channels, speaking RESP3 (so that
     /// messages and confirmations arrive as push frames), with the response timeout as its
@@ -196,7 +203,7 @@ impl Connections {
         let mut redirects = 0;
         let mut waits: Option<(Instant, Duration)> = None;
         loop {
-            let mut conn = self.deployment.checkout(shard, doing)?;
+            let mut conn = self.deployment.checkout(shard, doing, None)?;
             let result = match asking {
                 false => conn.call(doing, &f),
                 true => conn.call(doing, |c| {
@@ -255,7 +262,7 @@ impl Connections {
         doing: Doing<'_>,
         f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let mut conn = self.deployment.checkout(shard, doing)?;
+        let mut conn = self.deployment.checkout(shard, doing, None)?;
         let result = conn.call(doing, &f);
         if let Err(e) = &result {
             self.deployment.call_failed(shard, e);
@@ -340,7 +347,7 @@ impl Connections {
         trips: &mut u64,
     ) -> Result<Vec<redis::Value>> {
         let mut once = || -> Result<Vec<redis::Value>> {
-            let mut conn = self.deployment.checkout(shard, doing)?;
+            let mut conn = self.deployment.checkout(shard, doing, None)?;
             *trips += 1;
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
@@ -400,7 +407,18 @@ impl Connections {
 
     /// A pooled connection to the server of `shard`.
     fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
-        self.deployment.checkout(shard, doing)
+        self.deployment.checkout(shard, doing, None)
+    }
+
+    /// A pooled connection to the server of `shard`, made (if it must be) within `within`
+    /// at most.
+    fn checkout_within(
+        &self,
+        shard: usize,
+        doing: Doing<'_>,
+        within: Duration,
+    ) -> Result<Checkout> {
+        self.deployment.checkout(shard, doing, Some(within))
     }
 
     /// A new subscriber connection to the server of `shard`.

@@ -27,6 +27,7 @@ use parking_lot::Mutex;
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use super::conn::is_transport_error;
+use super::handshake::{Failed, Handshake};
 use super::{Conn, OnReply, ServerFeatures};
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
 
@@ -99,7 +100,8 @@ impl r2d2::ManageConnection for SlotManager {
 
 /// What a pool's checkouts share.
 struct Shared {
-    redis: redis::Client,
+    /// Makes the connections, within the connect timeout in all.
+    handshake: Handshake,
     server: Server,
     size: u32,
     /// The number of connections made so far.
@@ -143,7 +145,7 @@ impl Pool {
         Pool {
             slots,
             shared: Arc::new(Shared {
-                redis,
+                handshake: Handshake::of(&redis),
                 server,
                 size,
                 made: AtomicU64::new(0),
@@ -160,25 +162,25 @@ impl Pool {
     }
 
     /// Checks out an idle connection, or a slot and makes its connection, within the connect
-    /// timeout.
-    pub(crate) fn get(&self, doing: Doing<'_>) -> Result<Checkout> {
+    /// timeout, or within `within` when that is shorter.
+    pub(crate) fn get(&self, doing: Doing<'_>, within: Option<Duration>) -> Result<Checkout> {
         let shared = &self.shared;
-        let deadline = Instant::now() + shared.server.connect_timeout;
-        let mut slot = self
-            .slots
-            .get_timeout(shared.server.connect_timeout)
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Connection,
-                    format!(
-                        "all {} connections to redis at {} stayed in use for {} while {doing}",
-                        shared.size,
-                        shared.server.address,
-                        crate::error::human(shared.server.connect_timeout)
-                    ),
-                )
-                .at_checkout()
-            })?;
+        let limit = within.map_or(shared.server.connect_timeout, |w| {
+            w.min(shared.server.connect_timeout)
+        });
+        let deadline = Instant::now() + limit;
+        let mut slot = self.slots.get_timeout(limit).map_err(|_| {
+            Error::new(
+                ErrorKind::Connection,
+                format!(
+                    "all {} connections to redis at {} stayed in use for {} while {doing}",
+                    shared.size,
+                    shared.server.address,
+                    crate::error::human(limit)
+                ),
+            )
+            .at_checkout()
+        })?;
         if std::mem::take(&mut slot.carrying) {
             shared.carrying.fetch_sub(1, Ordering::Relaxed);
         }
@@ -237,15 +239,12 @@ impl Pool {
 impl Shared {
     /// Makes the connection of `slot`, within `deadline`.
     fn connect(&self, slot: &mut Slot, deadline: Instant, doing: Doing<'_>) -> Result<()> {
-        let made = (|| {
-            let remaining = deadline
-                .saturating_duration_since(Instant::now())
-                .max(Duration::from_millis(1));
-            let conn = self.redis.get_connection_with_timeout(remaining)?;
-            conn.set_read_timeout(Some(self.server.response_timeout))?;
-            conn.set_write_timeout(Some(self.server.response_timeout))?;
-            Ok(conn)
-        })();
+        let made = self.handshake.connect(deadline).and_then(|conn| {
+            let timeouts = conn
+                .set_read_timeout(Some(self.server.response_timeout))
+                .and_then(|()| conn.set_write_timeout(Some(self.server.response_timeout)));
+            timeouts.map(|()| conn).map_err(Failed::Connect)
+        });
         match made {
             Ok(conn) => {
                 slot.conn = Some(Conn::new(conn, Arc::clone(&self.features)));
@@ -253,8 +252,11 @@ impl Shared {
                 slot.read_timeout = self.server.response_timeout;
                 Ok(())
             }
-            Err(err) => {
-                let err = Error::from_connect(&self.server, doing, err);
+            Err(failed) => {
+                let err = match failed {
+                    Failed::Connect(err) => Error::from_connect(&self.server, doing, err),
+                    Failed::Handshake(err) => Error::from_handshake(&self.server, doing, err),
+                };
                 log::debug!("redmutex: connecting to redis failed: {err}");
                 Err(err)
             }

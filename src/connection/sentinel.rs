@@ -213,8 +213,13 @@ impl Deployment for Sentinel {
         0
     }
 
-    fn checkout(&self, _shard: usize, doing: Doing<'_>) -> Result<Checkout> {
-        self.master(doing)?.pool.get(doing)
+    fn checkout(
+        &self,
+        _shard: usize,
+        doing: Doing<'_>,
+        within: Option<Duration>,
+    ) -> Result<Checkout> {
+        self.master(doing)?.pool.get(doing, within)
     }
 
     fn subscriber_connection(&self, _shard: usize) -> redis::RedisResult<redis::Connection> {

@@ -42,17 +42,19 @@ impl Connections {
         result.map(|()| true)
     }
 
-    /// Writes `call` to the server of `route` without waiting for its reply. A redirection
-    /// (`MOVED`) is not followed: split calls are for standalone servers.
+    /// Writes `call` to the server of `route` without waiting for its reply; a connection
+    /// that must be made first is made within `within`. A redirection (`MOVED`) is not
+    /// followed: split calls are for standalone servers.
     pub(crate) fn send<'a>(
         &self,
         route: &str,
         call: &'a ScriptCall,
         doing: Doing<'_>,
+        within: Duration,
     ) -> Result<SentCall<'a>> {
         let shard = self.shard_of(route);
         let server = self.shard_server(shard);
-        let mut checkout = self.checkout(shard, doing)?;
+        let mut checkout = self.checkout_within(shard, doing, within)?;
         let packed = call.packed();
         checkout.write(doing, |c| c.send_packed_command(&packed))?;
         Ok(SentCall {
@@ -78,7 +80,14 @@ impl SentCall<'_> {
                 redis::Value::ServerError(e) => Err(redis::RedisError::from(e)),
                 value => Ok(value),
             })
-            .map_err(|e| Error::from_call(&self.server, doing, e));
+            .map_err(|e| {
+                // A time-out says the time this read was given.
+                let server = Server {
+                    response_timeout: timeout,
+                    ..self.server.clone()
+                };
+                Error::from_call(&server, doing, e)
+            });
         match reply {
             Err(e) if e.is_server_code("NOSCRIPT") => {
                 let call = self.call;

@@ -1,5 +1,7 @@
 //! One standalone Redis server: every route is its one shard.
 
+use std::time::Duration;
+
 use crate::connection::{Checkout, Deployment, Pool, PoolSettings};
 use crate::error::{Doing, Result, Server};
 
@@ -32,8 +34,13 @@ impl Deployment for Standalone {
     }
 
     #[inline]
-    fn checkout(&self, _shard: usize, doing: Doing<'_>) -> Result<Checkout> {
-        self.pool.get(doing)
+    fn checkout(
+        &self,
+        _shard: usize,
+        doing: Doing<'_>,
+        within: Option<Duration>,
+    ) -> Result<Checkout> {
+        self.pool.get(doing, within)
     }
 
     fn subscriber_connection(&self, _shard: usize) -> redis::RedisResult<redis::Connection> {

@@ -2,7 +2,7 @@
 //! reply is read, so that a round over N instances costs about one round trip.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
@@ -38,16 +38,25 @@ pub(crate) fn fan_out(
         .zip(calls)
         .map(|((instance, keys), call)| {
             let call = call.as_ref()?;
-            Some(
+            Some(instance.ctx.ensure_open().and_then(|()| {
                 instance
                     .ctx
-                    .ensure_open()
-                    .and_then(|()| instance.ctx.connections.send(&keys.lock, call, doing)),
-            )
+                    .connections
+                    .send(&keys.lock, call, doing, timeout)
+            }))
         })
         .collect();
+    // One deadline for every reply: instances that do not answer cost the round one
+    // `timeout` in all, not one each.
+    let deadline = Instant::now() + timeout;
     sent.into_iter()
-        .map(|s| s.map(|s| s.and_then(|call| call.read(timeout, doing))))
+        .map(|s| {
+            s.map(|s| {
+                s.and_then(|call| {
+                    call.read(deadline.saturating_duration_since(Instant::now()), doing)
+                })
+            })
+        })
         .collect()
 }
 

@@ -142,9 +142,13 @@ impl Inner {
                 });
             }
         }
-        // Not won: give back whatever was taken, on every instance, those that did not
-        // answer too.
-        self.release_round(name, keys, token, lease, Doing::lock("rolling back", name));
+        // Not won: whatever was taken is given back by each instance's renewal thread, at
+        // once and off the caller's path, on every instance that took it or did not answer.
+        for (i, t) in took.iter().enumerate() {
+            if !matches!(t, Took::No(_)) {
+                self.release_later(i, name, &keys[i], token, lease);
+            }
+        }
         let failed: Vec<Error> = took
             .iter()
             .filter_map(|t| match t {
@@ -195,9 +199,29 @@ impl Inner {
             .count()
     }
 
-    /// Releases the lock held with `token` on every instance. Returns how many instances
-    /// released it, how many said it was not (or no longer) ours, and the first error; an
-    /// instance whose answer was lost gets a clean-up from its client's renewal thread.
+    /// Has instance `i`'s renewal thread release the lock held with `token` there (a
+    /// compare-and-delete), at once and again until it answers or the lease has passed.
+    fn release_later(
+        &self,
+        i: usize,
+        name: &Arc<str>,
+        keys: &LockKeys,
+        token: &str,
+        lease: Duration,
+    ) {
+        let lock_key: Arc<str> = Arc::from(keys.lock.as_str());
+        self.instances[i].ctx.clean_up_later(
+            &lock_key,
+            name,
+            mutex::protocol().release(keys, token),
+            Instant::now() + lease + self.response_timeout(),
+        );
+    }
+
+    /// Releases the lock held with `token` on every instance, each within the per-instance
+    /// timeout. Returns how many instances released it, how many said it was not (or no
+    /// longer) ours, and the first error; an instance whose answer was lost gets a clean-up
+    /// from its client's renewal thread.
     pub(crate) fn release_round(
         &self,
         name: &Arc<str>,
@@ -212,23 +236,17 @@ impl Inner {
             &self.instances,
             keys,
             &calls,
-            self.response_timeout(),
+            self.instance_timeout(lease),
             doing,
         );
         let (mut released, mut not_ours, mut error) = (0, 0, None);
-        for ((reply, instance), k) in replies.into_iter().zip(&self.instances).zip(keys) {
+        for (i, reply) in replies.into_iter().enumerate() {
             match reply {
                 Some(Ok(redis::Value::Int(1))) => released += 1,
                 Some(Ok(_)) => not_ours += 1,
                 Some(Err(e)) => {
                     if e.outcome_unknown() {
-                        let lock_key: Arc<str> = Arc::from(k.lock.as_str());
-                        instance.ctx.clean_up_later(
-                            &lock_key,
-                            name,
-                            protocol.release(k, token),
-                            Instant::now() + lease + self.response_timeout(),
-                        );
+                        self.release_later(i, name, &keys[i], token, lease);
                     }
                     error.get_or_insert(e);
                 }
