@@ -53,28 +53,35 @@ impl ServerVersion {
 /// The version of [`server_binary`], from its `--version` (`Redis server v=7.0.15 …`,
 /// `Valkey server v=9.1.2 …`), read once.
 pub fn server_version() -> ServerVersion {
-    static VERSION: std::sync::OnceLock<ServerVersion> = std::sync::OnceLock::new();
-    VERSION
-        .get_or_init(|| {
-            let binary = server_binary();
-            let out = Command::new(&binary)
-                .arg("--version")
-                .output()
-                .unwrap_or_else(|e| panic!("running {binary} --version (is it installed?): {e}"));
-            let text = String::from_utf8_lossy(&out.stdout);
-            let product = text.split_whitespace().next().unwrap_or("Redis").to_owned();
-            let number = text
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("v="))
-                .unwrap_or_else(|| panic!("no version in {binary} --version: {text}"));
-            let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-            let mut next = || parts.next().unwrap_or(0);
-            ServerVersion {
-                product,
-                version: (next(), next(), next()),
-            }
-        })
-        .clone()
+    version_of(&server_binary())
+}
+
+/// The version of `binary`, from its `--version`, read once per binary.
+pub fn version_of(binary: &str) -> ServerVersion {
+    static VERSIONS: std::sync::Mutex<Vec<(String, ServerVersion)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut known = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, v)) = known.iter().find(|(b, _)| b == binary) {
+        return v.clone();
+    }
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("running {binary} --version (is it installed?): {e}"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let product = text.split_whitespace().next().unwrap_or("Redis").to_owned();
+    let number = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("v="))
+        .unwrap_or_else(|| panic!("no version in {binary} --version: {text}"));
+    let mut parts = number.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    let version = ServerVersion {
+        product,
+        version: (next(), next(), next()),
+    };
+    known.push((binary.to_owned(), version.clone()));
+    version
 }
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
@@ -133,7 +140,7 @@ impl RedisServer {
             .args(["--dir", self.dir.to_str().unwrap_or(".")])
             .args(["--logfile", "redis.log"]);
         // `DEBUG` is refused unless enabled, from Redis 7.0 on (6.2 has no such setting).
-        if self.binary != server_binary() || !server_version().redis_before(7, 0) {
+        if !version_of(&self.binary).redis_before(7, 0) {
             command.args(["--enable-debug-command", "yes"]);
         }
         let child = command
