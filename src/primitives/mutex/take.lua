@@ -8,30 +8,26 @@
 -- fencing counter that only attempts without a script counted is deleted with it.
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
 
--- `SET lock token NX PX lease GET`: the holder before (false: the lock was free and is now
--- the token's), or an error reply. Redis before 7.0 refuses `NX` with `GET` (and has no
--- `redis.REDIS_VERSION_NUM`): there a `GET`, then a `SET` when free, which the script runs
--- as one step.
-local function set_if_free(lock, token, lease)
-  if redis.REDIS_VERSION_NUM then
-    return redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
-  end
-  local previous = redis.pcall('GET', lock)
-  if previous then
-    return previous
-  end
-  local set = redis.pcall('SET', lock, token, 'PX', lease)
-  if type(set) == 'table' and set['err'] then
-    return set
-  end
-  return false
-end
-
 -- A redmutex client's token starts with its client id, 32 hex digits, and a colon.
-local REDMUTEX_TOKEN = '^' .. string.rep('%x', 32) .. ':'
+local REDMUTEX_TOKEN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:'
 
 local function take_lock(lock, fence, waiting, token, lease, waits)
-  local previous = set_if_free(lock, token, lease)
+  -- `SET NX PX GET`: the holder before (false: the lock was free and is now the token's), or
+  -- an error reply. Redis before 7.0 refuses `NX` with `GET` (and has no
+  -- `redis.REDIS_VERSION_NUM`): there a `GET`, then a `SET` when free, which the script runs
+  -- as one step.
+  local previous
+  if redis.REDIS_VERSION_NUM then
+    previous = redis.pcall('SET', lock, token, 'NX', 'PX', lease, 'GET')
+  else
+    previous = redis.pcall('GET', lock)
+    if not previous then
+      local set = redis.pcall('SET', lock, token, 'PX', lease)
+      if type(set) == 'table' and set['err'] then
+        previous = set
+      end
+    end
+  end
   if type(previous) == 'table' and previous['err'] then
     if is_type_error(previous) then
       forget_unseeded_fence(fence)
