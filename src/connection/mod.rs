@@ -36,7 +36,7 @@ pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
 pub(crate) use conn::{Conn, OnReply};
 pub(crate) use pool::{Checkout, Pool, PoolSettings};
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
-pub(crate) use server_features::ServerFeatures;
+pub(crate) use server_features::{ServerFeatures, SetNxGet};
 
 /// Makes a redis-rs client for a data node at (host, port), with the data nodes' credentials
 /// and TLS, speaking the protocol given.

@@ -9,38 +9,42 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-// 0: not tried yet.
-const ACCEPTED: u8 = 1;
-const REFUSED: u8 = 2;
+/// Whether a server takes `SET … NX … GET`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SetNxGet {
+    /// Not tried on this server yet.
+    Untried,
+    Taken,
+    Refused,
+}
 
 /// The features of one server (one pool's), shared by its connections.
 #[derive(Debug, Default)]
 pub(crate) struct ServerFeatures {
+    /// A [`SetNxGet`] as a number: 0 untried, 1 taken, 2 refused.
     set_nx_get: AtomicU8,
 }
 
 impl ServerFeatures {
-    /// Whether `SET … NX … GET` may be sent: accepted, or not tried yet.
-    pub(crate) fn may_set_nx_get(&self) -> bool {
-        self.set_nx_get.load(Ordering::Relaxed) != REFUSED
+    /// What is known of `SET … NX … GET` on this server.
+    pub(crate) fn set_nx_get(&self) -> SetNxGet {
+        match self.set_nx_get.load(Ordering::Relaxed) {
+            0 => SetNxGet::Untried,
+            1 => SetNxGet::Taken,
+            _ => SetNxGet::Refused,
+        }
     }
 
-    /// Whether the server is known to take `SET … NX … GET`.
-    pub(crate) fn takes_set_nx_get(&self) -> bool {
-        self.set_nx_get.load(Ordering::Relaxed) == ACCEPTED
-    }
-
-    /// Notes the server's reply to a `SET … NX … GET`.
+    /// Learns from the server's reply to a `SET … NX … GET`: a syntax error refuses it, any
+    /// other reply but an error takes it, an error tells nothing.
     pub(crate) fn saw_set_nx_get(&self, reply: &redis::RedisResult<redis::Value>) {
         let seen = match reply {
-            Ok(redis::Value::ServerError(e)) if is_syntax_error(e.code(), e.details()) => REFUSED,
-            Err(e) if is_syntax_error(e.code().unwrap_or(""), e.detail()) => REFUSED,
+            Ok(redis::Value::ServerError(e)) if is_syntax_error(e.code(), e.details()) => 2,
+            Err(e) if is_syntax_error(e.code().unwrap_or(""), e.detail()) => 2,
             Ok(redis::Value::ServerError(_)) | Err(_) => return,
-            Ok(_) => ACCEPTED,
+            Ok(_) => 1,
         };
-        if self.set_nx_get.load(Ordering::Relaxed) != seen {
-            self.set_nx_get.store(seen, Ordering::Relaxed);
-        }
+        self.set_nx_get.store(seen, Ordering::Relaxed);
     }
 }
 
@@ -60,14 +64,12 @@ mod tests {
     #[test]
     fn a_syntax_error_refuses_and_other_replies_accept_or_tell_nothing() {
         let f = ServerFeatures::default();
-        assert!(f.may_set_nx_get());
+        assert_eq!(f.set_nx_get(), SetNxGet::Untried);
         f.saw_set_nx_get(&error("WRONGTYPE Operation against a key"));
-        assert!(f.may_set_nx_get());
+        assert_eq!(f.set_nx_get(), SetNxGet::Untried);
         f.saw_set_nx_get(&error("ERR syntax error"));
-        assert!(!f.may_set_nx_get());
-        assert!(!f.takes_set_nx_get());
+        assert_eq!(f.set_nx_get(), SetNxGet::Refused);
         f.saw_set_nx_get(&Ok(redis::Value::Nil));
-        assert!(f.may_set_nx_get());
-        assert!(f.takes_set_nx_get());
+        assert_eq!(f.set_nx_get(), SetNxGet::Taken);
     }
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::Value;
 
-use crate::connection::{Conn, ScriptCall};
+use crate::connection::{Conn, ScriptCall, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
 use crate::lease::reply::AcquireReply;
@@ -117,10 +117,15 @@ pub(crate) fn acquire(
     ),
     took: &Cell<bool>,
 ) -> redis::RedisResult<AcquireReply> {
-    if !c.features().may_set_nx_get() {
-        return script(c);
-    }
-    match plain(c, (keys, token, lease_ms), waits)? {
+    // Until the server is known to take `SET … NX … GET`, the `SET` goes alone (a probe):
+    // a server that refuses it (Redis 6.2) then counts nothing on the fencing counter, and
+    // one that takes it leaves the counter to the script this once.
+    let probing = match c.features().set_nx_get() {
+        SetNxGet::Refused => return script(c),
+        SetNxGet::Untried => true,
+        SetNxGet::Taken => false,
+    };
+    match plain(c, (keys, token, lease_ms), waits, probing)? {
         Plain::Settled(reply) => Ok(reply),
         Plain::Unsettled => script(c),
         Plain::Ours => {
@@ -138,11 +143,8 @@ fn plain(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
     waits: bool,
+    probing: bool,
 ) -> redis::RedisResult<Plain> {
-    // Until the server is known to take `SET … NX … GET`, the `SET` goes alone: a server
-    // that refuses it (Redis 6.2) then counts nothing on the fencing counter, and one that
-    // takes it leaves the counter to the script this once.
-    let probing = !c.features().takes_set_nx_get();
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("SET")
@@ -163,7 +165,7 @@ fn plain(
     let replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
     let mut replies = replies.into_iter();
     let set = replies.next();
-    if let Some(set) = &set {
+    if let (true, Some(set)) = (probing, &set) {
         c.features().saw_set_nx_get(set);
     }
     let fence = match probing {
