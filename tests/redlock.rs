@@ -320,6 +320,20 @@ fn bad_input_is_a_clear_error() {
         .instance_timeout(Duration::ZERO)
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let err = Redlock::builder()
+        .default_lease(Duration::from_secs(1))
+        .instance_timeout(Duration::from_secs(1))
+        .open(s[..3].iter().map(|s| s.url()))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    // A builder setting out of range, and no URL.
+    let err = Redlock::builder()
+        .renewal_interval(Duration::from_secs(40))
+        .open(s[..3].iter().map(|s| s.url()))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    let err = Redlock::builder().open(Vec::<String>::new()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     // A fixed lease not above it.
     let r = redlock(&s[..3])
         .instance_timeout(Duration::from_millis(100))
@@ -333,6 +347,114 @@ fn bad_input_is_a_clear_error() {
     // An empty name.
     let err = r.mutex("").try_lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+}
+
+#[test]
+fn clients_that_disagree_on_a_redlock_setting_are_refused_by_name() {
+    let s = servers(3);
+    let other = |lease: u64, renewal: u64, cap: u64, server: &RedisServer| {
+        Client::builder()
+            .default_lease(Duration::from_millis(lease))
+            .renewal_interval(Duration::from_millis(renewal))
+            .backoff(Duration::from_millis(10), Duration::from_millis(cap))
+            .open(server.url())
+            .unwrap()
+    };
+    for (lease, renewal, cap, setting) in [
+        (3000, 300, 500, "default lease"),
+        (2000, 400, 500, "renewal interval"),
+        (2000, 300, 900, "backoff"),
+    ] {
+        let clients = [
+            other(2000, 300, 500, &s[0]),
+            other(2000, 300, 500, &s[1]),
+            other(lease, renewal, cap, &s[2]),
+        ];
+        let err = Redlock::new(clients).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.to_string().contains(setting), "{setting}: {err}");
+        assert!(err.to_string().contains(&s[2].port().to_string()), "{err}");
+    }
+    // The same settings on every client are accepted.
+    let same = [0, 1, 2].map(|i| other(2000, 300, 500, &s[i]));
+    assert!(Redlock::new(same).is_ok());
+}
+
+#[test]
+fn the_builder_sets_the_lease_of_every_instance_and_the_guard_tells_its_validity() {
+    let s = servers(3);
+    let redlock = Redlock::builder()
+        .default_lease(Duration::from_secs(4))
+        .renewal_interval(Duration::from_secs(1))
+        .instance_timeout(Duration::from_millis(200))
+        .key_prefix("built")
+        .open(s.iter().map(|s| s.url()))
+        .unwrap();
+    let g = redlock.mutex("configured").lock().unwrap();
+    for server in &s {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg("built:{configured}")
+            .query(&mut server.conn())
+            .unwrap();
+        assert!((2000..=4000).contains(&pttl), "PTTL {pttl}");
+    }
+    // The validity left is below the lease less the drift allowance (40 ms + 2 ms), and is
+    // kept up by renewal.
+    let validity = g.validity_left();
+    assert!(validity <= Duration::from_millis(3958), "{validity:?}");
+    assert!(validity > Duration::from_secs(2), "{validity:?}");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(g.validity_left() > Duration::from_secs(2), "not renewed");
+    g.unlock().unwrap();
+    // A fixed lease is not renewed: its validity runs down to zero, and the loss is told.
+    let fixed = redlock
+        .mutex("fixed")
+        .with_lease(Duration::from_millis(800))
+        .lock()
+        .unwrap();
+    assert!(fixed.validity_left() <= Duration::from_millis(800));
+    let watch = fixed.lease_watch();
+    assert!(watch.wait_timeout(LIMIT), "the lease's end was never told");
+    assert_eq!(fixed.validity_left(), Duration::ZERO);
+}
+
+#[test]
+fn an_instance_killed_while_locks_are_taken_and_released_costs_no_call_an_error() {
+    let mut s = servers(5);
+    let redlock = Redlock::builder()
+        .default_lease(Duration::from_secs(5))
+        .instance_timeout(Duration::from_millis(250))
+        .connect_timeout(Duration::from_millis(500))
+        .open(s.iter().map(|s| s.url()))
+        .unwrap();
+    let m = redlock.mutex("kill-during-unlock");
+    drop(m.lock().unwrap()); // connections are warm
+    let mut victim = s.remove(0);
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let told = Arc::clone(&killed);
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(150));
+        victim.kill();
+        told.store(true, Ordering::SeqCst);
+        victim
+    });
+    let (mut rounds, mut after_kill) = (0, 0);
+    let started = Instant::now();
+    while after_kill < 30 && started.elapsed() < LIMIT {
+        let dead = killed.load(Ordering::SeqCst);
+        let g = m.lock().unwrap_or_else(|e| panic!("lock {rounds}: {e}"));
+        if let Err(e) = g.unlock() {
+            panic!("unlock {rounds} with 4 of 5 instances up: {e}");
+        }
+        rounds += 1;
+        after_kill += usize::from(dead);
+    }
+    let _victim = killer.join().unwrap();
+    assert_eq!(after_kill, 30, "only {rounds} rounds in the time");
+    // Every live instance is free again.
+    for server in &s {
+        assert!(get(server, "redmutex:{kill-during-unlock}").is_none());
+    }
 }
 
 mod shared {

@@ -15,7 +15,7 @@ pub use fair_mutex::FairMutex;
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;
-pub use redlock::{Redlock, RedlockGuard, RedlockMutex};
+pub use redlock::{Redlock, RedlockBuilder, RedlockGuard, RedlockMutex};
 pub use rw_lock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit, MAX_PERMITS};
 #[cfg(feature = "serde")]

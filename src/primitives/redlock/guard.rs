@@ -204,6 +204,34 @@ impl RedlockGuard {
         self.hold.state.is_lost()
     }
 
+    /// How long the hold is surely valid still, without a round trip: the time until the
+    /// lease a majority last granted or renewed runs out, counted from the local send time
+    /// of that round, minus the drift allowance. Zero once the lease is lost or released.
+    ///
+    /// Work that must finish while the lock is held checks this before a step that could
+    /// overrun it, as the Redlock algorithm's "validity time" asks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> redmutex::Result<()> {
+    /// let redlock = redmutex::Redlock::open(["redis://a/", "redis://b/", "redis://c/"])?;
+    /// let guard = redlock.mutex("ledger").lock()?;
+    /// if guard.validity_left() > Duration::from_secs(2) {
+    ///     // ... a step that takes at most two seconds ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn validity_left(&self) -> Duration {
+        let state = &self.hold.state;
+        if state.is_lost() || self.hold.is_released() {
+            return Duration::ZERO;
+        }
+        state.expires_at().saturating_duration_since(Instant::now())
+    }
+
     /// A handle that tells, from any thread, when the lease is lost.
     pub fn lease_watch(&self) -> LeaseWatch {
         LeaseWatch::new(Arc::clone(&self.hold.state))

@@ -8,6 +8,7 @@
 //! instances (`raise_fence.lua`), renewal on every instance (`renewal.rs`), and the waiting
 //! loop over the announcements of every instance (`mutex.rs`).
 
+mod builder;
 mod guard;
 mod instances;
 mod mutex;
@@ -22,6 +23,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::IntoAddress;
 
+pub use builder::RedlockBuilder;
 pub use guard::RedlockGuard;
 pub use mutex::RedlockMutex;
 
@@ -107,16 +109,23 @@ pub(crate) struct Inner {
 }
 
 impl Redlock {
-    /// A Redlock over the instances that `clients` reach, with the first client's lease,
-    /// renewal and backoff settings.
+    /// The settings of a Redlock and of the clients it makes for its instances, starting at
+    /// their defaults: see [`RedlockBuilder`].
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    /// A Redlock over the instances that `clients` reach, with their lease, renewal and
+    /// backoff settings, which must be the same on every client.
     ///
     /// Any number of instances is allowed; a lock needs a majority, `n / 2 + 1` (so 2 of 2,
     /// 3 of 4: an even number tolerates no more failures than the odd number below it).
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, or when two
-    /// clients reach the same server.
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, when two
+    /// clients reach the same server, or when two clients disagree on the default lease, the
+    /// renewal interval or the backoff (the error names the setting and both values).
     pub fn new<I>(clients: I) -> Result<Redlock>
     where
         I: IntoIterator<Item = Client>,
@@ -125,6 +134,9 @@ impl Redlock {
         let Some(first) = clients.first() else {
             return Err(Error::config("a Redlock needs at least one instance"));
         };
+        if let Some(conflict) = builder::first_conflict(&clients) {
+            return Err(conflict);
+        }
         let config = &first.context().config;
         let (default_lease, renewal_interval) = (config.default_lease, config.renewal_interval);
         let backoff = (config.backoff_base, config.backoff_cap);
@@ -159,7 +171,8 @@ impl Redlock {
         })
     }
 
-    /// A Redlock over one client per URL, each with the default settings.
+    /// A Redlock over one client per URL, each with the default settings (for others, see
+    /// [`builder`](Redlock::builder)).
     ///
     /// # Errors
     ///
@@ -169,16 +182,13 @@ impl Redlock {
         I: IntoIterator,
         I::Item: IntoAddress,
     {
-        let clients = urls
-            .into_iter()
-            .map(Client::open)
-            .collect::<Result<Vec<_>>>()?;
-        Redlock::new(clients)
+        Redlock::builder().open(urls)
     }
 
-    /// Sets how long each instance may take to answer one call before it counts as not
-    /// answering (default: the lease / 20, at most 50 ms), so that a dead or slow instance
-    /// cannot eat a lease's validity.
+    /// This Redlock with how long each instance may take to answer one call before it counts
+    /// as not answering (default: the lease / 20, at most 50 ms), so that a dead or slow
+    /// instance cannot eat a lease's validity. For a Redlock made with
+    /// [`new`](Redlock::new); [`RedlockBuilder::instance_timeout`] sets the same.
     ///
     /// # Errors
     ///
