@@ -417,6 +417,7 @@ pub struct Builder {
     key_prefix: String,
     backoff_base: Duration,
     backoff_cap: Duration,
+    outage_patience: Duration,
     replica_acks: Option<(u32, Duration)>,
     /// Credentials for the sentinels, when not those of the data nodes.
     sentinel_auth: Option<(Option<String>, Option<String>)>,
@@ -452,6 +453,7 @@ impl Builder {
             metrics: Some(crate::events::MetricsEvents::new()),
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
+            outage_patience: Duration::from_secs(20),
             replica_acks: None,
             sentinel_auth: None,
             #[cfg(feature = "tls")]
@@ -628,9 +630,50 @@ impl Builder {
         self
     }
 
+    /// How long a blocking acquire (`lock()`, `try_lock_for`, `try_lock_until`, and their
+    /// forms on every primitive) keeps trying through an outage: a server restarting or
+    /// briefly unreachable, a Sentinel or Cluster failover the client is following. A
+    /// connection error, a time-out or a server's "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
+    /// `LOADING`, `MASTERDOWN`, `READONLY`) does not end the call: it tries again after a
+    /// backoff step, until the lock is taken, its deadline passes, or this long has passed
+    /// since the call's first such error; then it returns the last error. `try_lock()` stays one attempt and returns the first error. Renewal keeps
+    /// trying through an outage too, until the lease runs out on this machine's clock.
+    ///
+    /// Defaults to 20 seconds: a restart, and a failover with the servers' usual settings, fit
+    /// in it. `Duration::ZERO` returns the first error at once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder()
+    ///     .outage_patience(Duration::from_secs(60))
+    ///     .open("redis://127.0.0.1/")?;
+    /// // Blocks through a restart of up to a minute, then returns the last error.
+    /// let _guard = client.mutex("nightly").lock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn outage_patience(mut self, patience: Duration) -> Self {
+        self.outage_patience = patience;
+        self
+    }
+
     /// Makes every acquire wait until `replicas` replicas acknowledged it (Redis `WAIT`), for
     /// at most `timeout`. When fewer do, the acquire is rolled back (the lock deleted with its
     /// own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated).
+    ///
+    /// Only replicas the master reports online (`INFO replication`, `state=online`, read at
+    /// most once a second) are asked: with fewer online than `replicas`, every online one must
+    /// acknowledge, and with none online, none. A deployment that lost a replica, or whose
+    /// new master has not got its replicas back after a failover, keeps granting locks, and
+    /// every granted lock is on every replica that was online then, so that the promotion of
+    /// any of them keeps it. A replica that was offline can miss it: for a floor (refuse
+    /// writes with fewer than N replicas), set the server's `min-replicas-to-write`; the
+    /// acquire then fails with its `NOREPLICAS` error. A replica cut off without the master
+    /// noticing yet (up to the server's `repl-timeout`) still counts, and acquires fail
+    /// `NotReplicated` until the master drops it.
     ///
     /// This narrows, but does not close, the window in which a failover to a replica forgets a
     /// lock: Redis replication stays asynchronous, and a replica that acknowledged can still
@@ -774,6 +817,7 @@ impl Builder {
             key_prefix: self.key_prefix.clone(),
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
+            outage_patience: self.outage_patience,
             replica_acks: self.replica_acks,
             client_name: self
                 .client_name

@@ -20,6 +20,8 @@ pub(crate) struct Config {
     pub(crate) key_prefix: String,
     pub(crate) backoff_base: Duration,
     pub(crate) backoff_cap: Duration,
+    /// How long a blocking acquire keeps trying through an outage (zero: not at all).
+    pub(crate) outage_patience: Duration,
     /// Replicas that must acknowledge an acquire, and how long to wait for them.
     pub(crate) replica_acks: Option<(u32, Duration)>,
     /// The name this client announces (see `identity`).

@@ -228,6 +228,30 @@ impl Error {
         self.kind == ErrorKind::Auth
     }
 
+    /// Whether the same call may succeed if tried again a little later: Redis could not be
+    /// reached or did not answer in time, or said "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
+    /// `LOADING`, `MASTERDOWN`, `READONLY`: a restart or failover under way). Blocking
+    /// acquires keep trying through these for the
+    /// [outage patience](crate::Builder::outage_patience).
+    pub fn is_transient(&self) -> bool {
+        match self.kind {
+            ErrorKind::Connection | ErrorKind::Timeout => true,
+            ErrorKind::Server => {
+                [
+                    "CLUSTERDOWN",
+                    "TRYAGAIN",
+                    "LOADING",
+                    "MASTERDOWN",
+                    "READONLY",
+                ]
+                .iter()
+                .any(|code| self.is_server_code(code))
+                    || self.message.contains("(CLUSTERDOWN)")
+            }
+            _ => false,
+        }
+    }
+
     /// Maps the error of a call to the server at `server`, made while `doing`.
     pub(crate) fn from_call(server: &Server, doing: Doing<'_>, err: redis::RedisError) -> Self {
         let kind = redis_error_kind(&err);

@@ -45,6 +45,9 @@ pub struct Stats {
     pub releases: u64,
     /// Holds whose lease was found lost, by renewal or at release.
     pub lost: u64,
+    /// Times a blocking acquire started again after an error that may pass (a restart, a
+    /// failover): see [`Builder::outage_patience`](crate::Builder::outage_patience).
+    pub outage_retries: u64,
     /// Lease renewals (and fair waiters' heartbeats) sent by the renewal thread.
     pub renewals: u64,
     /// Round trips the renewal thread used for them.
@@ -103,6 +106,7 @@ pub(crate) struct Counters {
     pub(crate) wait_nanos: AtomicU64,
     pub(crate) releases: AtomicU64,
     pub(crate) lost: AtomicU64,
+    pub(crate) outage_retries: AtomicU64,
     /// Who hears of acquisitions, releases, time-outs, lost leases.
     pub(crate) events: Events,
 }
@@ -153,6 +157,7 @@ impl Counters {
             wait_time: Duration::from_nanos(get(&self.wait_nanos)),
             releases: get(&self.releases),
             lost: get(&self.lost),
+            outage_retries: get(&self.outage_retries),
             renewals: background.renewals,
             renewal_round_trips: background.renewal_round_trips,
             renewal_time: background.renewal_time,

@@ -16,8 +16,79 @@ fn fast_failing_client(url: &str) -> Client {
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .backoff(Duration::from_millis(2), Duration::from_millis(50))
+        .outage_patience(Duration::from_millis(300))
         .open(url)
         .expect("client")
+}
+
+#[test]
+fn a_blocked_lock_rides_through_a_restart_of_the_server() {
+    let mut server = RedisServer::start();
+    let holder = Client::builder()
+        .default_lease(Duration::from_secs(3))
+        .open(server.url())
+        .unwrap();
+    let g = holder.mutex("blip").lock().unwrap();
+    let waiter = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .outage_patience(Duration::from_secs(30))
+        .open(server.url())
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = std::thread::spawn(move || w.mutex("blip").lock().map(|g| g.fencing_token()));
+    // The waiter is waiting in Redis before the server goes.
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 1));
+    server.kill();
+    std::thread::sleep(Duration::from_secs(2));
+    server.restart(); // empty: the holder's lock is gone with the old process
+    let got = within(LIMIT, move || waiting.join().unwrap());
+    assert!(
+        got.is_ok(),
+        "the waiter failed instead of riding through: {got:?}"
+    );
+    assert!(waiter.stats().outage_retries >= 1, "{:?}", waiter.stats());
+    // The holder is told that its lock is gone.
+    assert!(g.lease_watch().wait_timeout(LIMIT));
+}
+
+#[test]
+fn a_blocked_lock_returns_the_last_error_once_its_patience_is_spent_and_try_lock_at_once() {
+    let mut server = RedisServer::start();
+    let patience = Duration::from_millis(1500);
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .response_timeout(Duration::from_millis(300))
+        .outage_patience(patience)
+        .open(server.url())
+        .unwrap();
+    drop(client.mutex("gone").lock().unwrap());
+    server.kill();
+    let started = std::time::Instant::now();
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("gone").lock().map(drop)).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(
+        err.to_string().contains(&server.port().to_string()),
+        "{err}"
+    );
+    assert!(started.elapsed() >= patience, "gave up before its patience");
+    let retries = client.stats().outage_retries;
+    assert!(retries >= 2, "{retries}");
+    // try_lock() is one attempt.
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("gone").try_lock().map(drop)).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert_eq!(client.stats().outage_retries, retries);
+    // A deadline shorter than the patience ends the call first, with the error.
+    let c = client.clone();
+    let err = within(LIMIT, move || {
+        c.mutex("gone")
+            .try_lock_for(Duration::from_millis(200))
+            .map(drop)
+    })
+    .unwrap_err();
+    assert!(err.is_connection(), "{err}");
 }
 
 #[test]

@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -77,7 +77,15 @@ struct SlotMap {
     /// The shard of each slot (`u16::MAX`: no master serves it).
     owner: Vec<u16>,
     shards: Vec<Arc<Shard>>,
+    /// Every node the map names, masters and replicas: where to read the next map from
+    /// (a replica that is promoted knows the new map first).
+    nodes: Vec<(String, u16)>,
 }
+
+/// The shortest time between two refreshes of the map that a failed connection asks for: a
+/// dead master fails every call for its slots until its replica is promoted, and each call
+/// must not cost a `CLUSTER SLOTS`.
+const MIN_REFRESH_GAP: Duration = Duration::from_millis(200);
 
 impl SlotMap {
     /// Whether both maps give every slot to the same master at the same index.
@@ -100,6 +108,8 @@ pub(crate) struct Cluster {
     generation: AtomicU64,
     /// The error of the last failed refresh, for calls that find no map.
     last_error: Mutex<Option<Error>>,
+    /// When the last refresh ended.
+    refreshed_at: Mutex<Option<Instant>>,
 }
 
 /// The shard index that stands for "no master known for this slot".
@@ -113,21 +123,66 @@ impl Cluster {
             refreshing: Mutex::new(()),
             generation: AtomicU64::new(0),
             last_error: Mutex::new(None),
+            refreshed_at: Mutex::new(None),
         }
     }
 
-    /// Loads the slot map again from the first node that answers: the known masters first,
-    /// then the seeds.
+    /// Loads the slot map again, unless a refresh ended less than `MIN_REFRESH_GAP` ago (or
+    /// one under way ends meanwhile): for signs that the map may be stale (a master that
+    /// refuses connections or does not answer, `CLUSTERDOWN`), which every call to a dead
+    /// master gives until its replica is promoted.
+    fn refresh_soon(&self, suspect: Option<(&str, u16)>) {
+        let recent = |at: &Option<Instant>| at.is_some_and(|at| at.elapsed() < MIN_REFRESH_GAP);
+        if recent(&self.refreshed_at.lock()) {
+            return;
+        }
+        let one_at_a_time = self.refreshing.lock();
+        if recent(&self.refreshed_at.lock()) {
+            return;
+        }
+        self.refresh_locked(suspect, one_at_a_time);
+    }
+
+    /// Loads the slot map again now (after `MOVED`: the map is surely stale).
     fn refresh(&self) {
-        let _one_at_a_time = self.refreshing.lock();
-        let mut candidates: Vec<(String, u16)> = self
-            .map
-            .read()
-            .shards
-            .iter()
-            .map(|s| (s.host.clone(), s.port))
-            .collect();
+        let one_at_a_time = self.refreshing.lock();
+        self.refresh_locked(None, one_at_a_time);
+    }
+
+    /// Loads the slot map from the first node that answers: every node of the last map, then
+    /// the seeds, and the `suspect` (the node whose call failed) last.
+    fn refresh_locked(
+        &self,
+        suspect: Option<(&str, u16)>,
+        _one_at_a_time: parking_lot::MutexGuard<'_, ()>,
+    ) {
+        let mut candidates: Vec<(String, u16)> = {
+            let map = self.map.read();
+            map.shards
+                .iter()
+                .map(|s| (s.host.clone(), s.port))
+                .chain(map.nodes.iter().cloned())
+                .collect()
+        };
         candidates.extend(self.settings.seeds.iter().cloned());
+        let mut seen: Vec<(String, u16)> = Vec::with_capacity(candidates.len());
+        for c in candidates {
+            if !seen.contains(&c) {
+                seen.push(c);
+            }
+        }
+        let mut candidates = seen;
+        if let Some((host, port)) = suspect {
+            if let Some(at) = candidates.iter().position(|(h, p)| h == host && *p == port) {
+                let last = candidates.remove(at);
+                candidates.push(last);
+            }
+        }
+        self.first_map(candidates);
+        *self.refreshed_at.lock() = Some(Instant::now());
+    }
+
+    fn first_map(&self, candidates: Vec<(String, u16)>) {
         let mut failures = Vec::new();
         for (host, port) in candidates {
             match self.slots_from(&host, port) {
@@ -172,6 +227,7 @@ impl Cluster {
         let mut map = SlotMap {
             owner: vec![u16::MAX; SLOTS],
             shards: Vec::new(),
+            nodes: Vec::new(),
         };
         for range in ranges {
             let redis::Value::Array(parts) = range else {
@@ -212,6 +268,21 @@ impl Cluster {
                     map.shards.len() - 1
                 }
             };
+            for node in parts.iter().skip(2) {
+                let redis::Value::Array(node) = node else {
+                    continue;
+                };
+                let node_host = node
+                    .first()
+                    .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| host.to_owned());
+                if let Some(node_port) = int(node.get(1)).and_then(|p| u16::try_from(p).ok()) {
+                    if !map.nodes.contains(&(node_host.clone(), node_port)) {
+                        map.nodes.push((node_host, node_port));
+                    }
+                }
+            }
             let (start, end) = (start.max(0) as usize, (end as usize).min(SLOTS - 1));
             for slot in start..=end {
                 map.owner[slot] = index as u16;
@@ -267,7 +338,7 @@ impl Cluster {
 impl Deployment for Cluster {
     fn shards(&self) -> usize {
         if self.map.read().shards.is_empty() {
-            self.refresh();
+            self.refresh_soon(None);
         }
         self.map.read().shards.len()
     }
@@ -275,7 +346,7 @@ impl Deployment for Cluster {
     fn shard_of(&self, route: &str) -> usize {
         let slot = usize::from(slot_of(route.as_bytes()));
         if self.map.read().shards.is_empty() {
-            self.refresh();
+            self.refresh_soon(None);
         }
         match self.map.read().owner.get(slot) {
             Some(&owner) if owner != u16::MAX => usize::from(owner),
@@ -330,11 +401,19 @@ impl Deployment for Cluster {
         format!("cluster seeded by {}", seeds.join(","))
     }
 
-    fn call_failed(&self, _shard: usize, err: &Error) {
-        let moved = err.is_server_code("MOVED") || err.is_server_code("CLUSTERDOWN");
-        let dropped = err.is_connection() && !err.is_checkout();
-        if moved || dropped {
+    fn call_failed(&self, shard: usize, err: &Error) {
+        if err.is_server_code("MOVED") {
             self.refresh();
+            return;
+        }
+        // A master that refuses connections, does not accept them in time or does not
+        // answer may be dead: its replica is promoted, and the map says so, once the cluster
+        // agrees. Until then every call to it fails and asks again, at most every
+        // `MIN_REFRESH_GAP`.
+        let stale = err.is_server_code("CLUSTERDOWN") || err.is_connection() || err.is_timeout();
+        if stale {
+            let suspect = self.shard_at(shard);
+            self.refresh_soon(suspect.as_deref().map(|s| (s.host.as_str(), s.port)));
         }
     }
 

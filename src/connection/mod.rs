@@ -203,7 +203,15 @@ impl Connections {
         let mut redirects = 0;
         let mut waits: Option<(Instant, Duration)> = None;
         loop {
-            let mut conn = self.deployment.checkout(shard, doing, None)?;
+            let mut conn = match self.deployment.checkout(shard, doing, None) {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // A server that refuses or does not accept connections: a deployment
+                    // that follows failovers looks for its successor.
+                    self.deployment.call_failed(shard, &e);
+                    return Err(e);
+                }
+            };
             let result = match asking {
                 false => conn.call(doing, &f),
                 true => conn.call(doing, |c| {
@@ -262,8 +270,10 @@ impl Connections {
         doing: Doing<'_>,
         f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        let mut conn = self.deployment.checkout(shard, doing, None)?;
-        let result = conn.call(doing, &f);
+        let result = self
+            .deployment
+            .checkout(shard, doing, None)
+            .and_then(|mut conn| conn.call(doing, &f));
         if let Err(e) = &result {
             self.deployment.call_failed(shard, e);
         }

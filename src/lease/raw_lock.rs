@@ -170,14 +170,69 @@ impl RawLock {
             return Ok(Some(guard));
         }
         let may_wait = deadline.is_none_or(|d| d > Instant::now());
-        let token: Arc<str> = Arc::from(self.ctx.tokens.next());
         let observed = self.ctx.counters.events.on().then(Instant::now);
-        let result = match self.protocol.wait_style() {
-            WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
-            WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
-        };
+        let mut result = self.acquire_once(keys, lease, deadline, may_wait);
+        if may_wait && matches!(&result, Err(e) if e.is_transient()) {
+            result = self.ride_through(keys, lease, deadline, result);
+        }
         if let Some(started) = observed {
             self.report(&result, started.elapsed());
+        }
+        result
+    }
+
+    /// One acquire, with a new token: an attempt, and the protocol's waiting loop when the
+    /// caller may wait.
+    #[inline]
+    fn acquire_once(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        may_wait: bool,
+    ) -> Result<Option<LeaseGuard>> {
+        let token: Arc<str> = Arc::from(self.ctx.tokens.next());
+        match self.protocol.wait_style() {
+            WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
+            WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
+        }
+    }
+
+    /// A blocking acquire through an outage (see `Builder::outage_patience`): after an error
+    /// that may pass (a connection refused, a time-out, `CLUSTERDOWN`…), the acquire starts
+    /// again after a backoff step, with a new token (what the failed one may have left is
+    /// cleaned up by the renewal thread), until it ends otherwise, the deadline comes, or the
+    /// patience since the first error is spent: then the last error.
+    #[cold]
+    fn ride_through(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        mut result: Result<Option<LeaseGuard>>,
+    ) -> Result<Option<LeaseGuard>> {
+        let config = &self.ctx.config;
+        let mut until = Instant::now()
+            .checked_add(config.outage_patience)
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
+        if let Some(deadline) = deadline {
+            until = until.min(deadline);
+        }
+        let mut backoff = waiting::Backoff::new(config.backoff_base, config.backoff_cap);
+        while let Err(e) = &result {
+            if !e.is_transient() {
+                break;
+            }
+            // The last try is made when the patience (or the deadline) ends.
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let delay = backoff.next_delay().max(config.backoff_base).min(left);
+            log::debug!("redmutex: {e}; trying again in {delay:?}");
+            Counters::add(&self.ctx.counters.outage_retries, 1);
+            std::thread::sleep(delay);
+            result = self.acquire_once(keys, lease, deadline, true);
         }
         result
     }
@@ -480,9 +535,9 @@ impl RawLock {
                 Ok((reply, acks))
             });
             return match reply {
-                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
+                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if acks.too_few() => {
                     self.roll_back(keys, token, sent_at + lease);
-                    Err(ctx.not_replicated(acks))
+                    Err(ctx.not_replicated(&acks))
                 }
                 Ok((
                     AcquireReply {

@@ -30,6 +30,12 @@ const CLEANUP_RETRY: Duration = Duration::from_millis(200);
 /// the renewal interval is shorter).
 const FIRST_ANNOUNCEMENT: Duration = Duration::from_millis(500);
 
+/// How soon a renewal that failed (a server restarting, a master failing over) is sent again:
+/// a quarter of the renewal interval, at most this, so that a lease reaches the new master
+/// soon after it is promoted, and a holder whose lock the new master does not have is told
+/// soon.
+const RENEWAL_RETRY: Duration = Duration::from_millis(250);
+
 /// How many renewals go in one pipelined round trip.
 pub(crate) const BATCH_SIZE: usize = 1000;
 
@@ -585,6 +591,7 @@ impl RenewalThread {
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut failures = 0;
+        let mut retry: Vec<u64> = Vec::new();
         for ((id, r), reply) in batch.iter().zip(replies) {
             let Registration::Lease {
                 keys,
@@ -619,6 +626,7 @@ impl RenewalThread {
                 }
                 Err(e) => {
                     failures += 1;
+                    retry.push(*id);
                     if Instant::now() >= state.expires_at()
                         && s.registry.contains(*id)
                         && state.mark_lost(LostReason::Expired(e.to_string()))
@@ -635,6 +643,13 @@ impl RenewalThread {
         }
         if failures > 0 {
             log::debug!("redmutex: renewal of {failures} leases failed");
+            let at = Instant::now() + (s.interval / 4).min(RENEWAL_RETRY);
+            let mut due = s.due.lock();
+            for id in retry {
+                if !due.renewals.iter().any(|(due_id, _)| *due_id == id) {
+                    due.renewals.push((id, at));
+                }
+            }
         }
     }
 }

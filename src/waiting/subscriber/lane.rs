@@ -168,6 +168,7 @@ impl LaneThread {
                 if c.lane != Some(self.shard) {
                     return true;
                 }
+                c.lost |= c.confirmed && !c.registrations.is_empty();
                 c.confirmed = false;
                 c.subscribing = None;
                 c.unsubscribing = false;
@@ -346,6 +347,11 @@ impl LaneThread {
             if channel.lane == Some(self.shard) {
                 channel.subscribing = None;
                 channel.confirmed = true;
+                if std::mem::take(&mut channel.lost) {
+                    // Listening again: whatever was released while it was not is found by
+                    // one more re-check, now that no later release can go unheard.
+                    channel.wake_all();
+                }
             }
         }
         drop(state);
@@ -370,6 +376,7 @@ impl LaneThread {
             }
             return;
         }
+        channel.lost |= !channel.registrations.is_empty();
         channel.confirmed = false;
         channel.subscribing = None;
         channel.lane = None;

@@ -95,6 +95,10 @@ struct Channel {
     unsubscribing: bool,
     /// When the last waiter left.
     idle_since: Option<Instant>,
+    /// The subscription was lost (its connection broke, or the server dropped it when the
+    /// slot moved) while waiters listened: a release meanwhile went unheard, so the waiters
+    /// re-check once more when the new subscription is confirmed.
+    lost: bool,
 }
 
 impl Channel {
