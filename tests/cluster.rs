@@ -475,3 +475,132 @@ fn every_primitive_works_with_names_on_every_shard() {
         assert!(within(LIMIT, move || waiter.join().unwrap()));
     }
 }
+
+/// The remaining lease of `key` on `node`, in ms (negative: none).
+fn pttl(node: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut node.conn())
+        .unwrap_or(-3)
+}
+
+/// A lock name other than `name` whose keys share its slot.
+fn same_slot_as(cluster: &ClusterDeployment, name: &str) -> String {
+    let slot = cluster.slot_of(&format!("redmutex:{{{name}}}"));
+    (0..)
+        .map(|i| format!("{name}-{i}"))
+        .find(|other| cluster.slot_of(&format!("redmutex:{{{other}}}")) == slot)
+        .expect("a name in the same slot")
+}
+
+fn index_of(cluster: &ClusterDeployment, port: u16) -> usize {
+    cluster
+        .nodes
+        .iter()
+        .position(|n| n.port() == port)
+        .expect("a node on that port")
+}
+
+fn wait_for_promotion(cluster: &ClusterDeployment, replica: usize) {
+    assert!(
+        eventually(LIMIT, || cluster.nodes[replica]
+            .info_field("replication", "role")
+            .as_deref()
+            == Some("master")),
+        "the replica was never promoted"
+    );
+}
+
+#[test]
+fn a_lock_is_kept_when_its_master_is_killed_and_blocked_calls_ride_through_the_failover() {
+    let _one = one_cluster();
+    let mut cluster = ClusterDeployment::start();
+    let settings = || {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(1))
+            .response_timeout(Duration::from_secs(1))
+            .default_lease(Duration::from_secs(6))
+            .renewal_interval(Duration::from_millis(500))
+            .replica_acks(1, Duration::from_millis(500))
+            .outage_patience(Duration::from_secs(60))
+    };
+    let key = "redmutex:{killed}";
+    let other = same_slot_as(&cluster, "killed");
+    let client = settings().open(cluster.url()).unwrap();
+    let g = client.mutex("killed").lock().unwrap();
+    let master = index_of(&cluster, cluster.master_of(key).port());
+    let replica = index_of(&cluster, cluster.replica_of(&cluster.nodes[master]).port());
+    // A waiter blocked in lock() on the held lock, from another client.
+    let waiter = settings().open(cluster.url()).unwrap();
+    let w = waiter.clone();
+    let waiting = std::thread::spawn(move || w.mutex("killed").lock().map(|g| g.fencing_token()));
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 1));
+    cluster.nodes[master].kill();
+    // A client opened while the master is dead, locking another name of the same slot.
+    let late = settings().open(cluster.url()).unwrap();
+    let late_lock = std::thread::spawn(move || late.mutex(other).lock().map(|g| g.unlock()));
+    wait_for_promotion(&cluster, replica);
+    // Renewal reaches the promoted master: the lease there rises again (it only fell while
+    // the master was down), and the guard was never told it was lost.
+    assert!(
+        eventually(LIMIT, || pttl(&cluster.nodes[replica], key) > 4500),
+        "renewal never reached the promoted master (PTTL {})",
+        pttl(&cluster.nodes[replica], key)
+    );
+    assert!(!g.is_lost(), "{:?}", g.verify());
+    assert!(g.verify().is_ok());
+    let late_result = within(LIMIT, move || late_lock.join().unwrap());
+    assert!(
+        matches!(late_result, Ok(Ok(()))),
+        "a client opened during the failover: {late_result:?}"
+    );
+    let token = g.fencing_token();
+    g.unlock().unwrap();
+    let next = within(LIMIT, move || waiting.join().unwrap())
+        .unwrap_or_else(|e| panic!("the blocked waiter failed during the failover: {e}"));
+    assert!(next > token);
+}
+
+#[test]
+fn a_holder_whose_lock_the_promoted_replica_never_got_is_told() {
+    let _one = one_cluster();
+    let mut cluster = ClusterDeployment::start();
+    let key = "redmutex:{unreplicated}";
+    let master = index_of(&cluster, cluster.master_of(key).port());
+    let replica = index_of(&cluster, cluster.replica_of(&cluster.nodes[master]).port());
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .default_lease(Duration::from_secs(90))
+        .renewal_interval(Duration::from_secs(1))
+        .open(cluster.url())
+        .unwrap();
+    // The replica is cut off while the lock is taken: the master refuses its replication
+    // (its user may no longer sync) and drops its link, so it never gets the write.
+    let mut m = cluster.nodes[master].conn();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-sync", "-psync"])
+        .query(&mut m)
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "replica"])
+        .query(&mut m)
+        .unwrap();
+    assert!(eventually(LIMIT, || cluster.nodes[replica]
+        .info_field("replication", "master_link_status")
+        .as_deref()
+        == Some("down")));
+    let g = client.mutex("unreplicated").lock().unwrap();
+    let watch = g.lease_watch();
+    cluster.nodes[master].kill();
+    wait_for_promotion(&cluster, replica);
+    // Told by renewal on the promoted master, long before its 90 s lease would run out on
+    // its own clock (which is how it learnt of it when the map was never read again).
+    assert!(
+        watch.wait_timeout(Duration::from_secs(45)),
+        "the holder was not told"
+    );
+    assert!(g.is_lost());
+    assert_eq!(pttl(&cluster.nodes[replica], key), -2);
+    assert_eq!(g.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+}
