@@ -664,17 +664,6 @@ impl Builder {
     /// at most `timeout`. When fewer do, the acquire is rolled back (the lock deleted with its
     /// own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated).
     ///
-    /// Only replicas the master reports online (`INFO replication`, `state=online`, read at
-    /// most once a second) are asked: with fewer online than `replicas`, every online one must
-    /// acknowledge, and with none online, none. A deployment that lost a replica, or whose
-    /// new master has not got its replicas back after a failover, keeps granting locks, and
-    /// every granted lock is on every replica that was online then, so that the promotion of
-    /// any of them keeps it. A replica that was offline can miss it: for a floor (refuse
-    /// writes with fewer than N replicas), set the server's `min-replicas-to-write`; the
-    /// acquire then fails with its `NOREPLICAS` error. A replica cut off without the master
-    /// noticing yet (up to the server's `repl-timeout`) still counts, and acquires fail
-    /// `NotReplicated` until the master drops it.
-    ///
     /// This narrows, but does not close, the window in which a failover to a replica forgets a
     /// lock: Redis replication stays asynchronous, and a replica that acknowledged can still
     /// lose the write in a crash. It costs one more round trip per acquire, and at least one

@@ -51,9 +51,12 @@ fn a_silent_server_costs_every_call_one_timeout_never_two() {
         format!("redis://127.0.0.1:{port}/"),
         format!("redis://locker:secret@127.0.0.1:{port}/3"),
     ] {
+        // Each try of a blocking `lock()` costs one timeout; without patience it is one try
+        // (with it, `lock()` tries again until the patience is spent: tests/faults.rs).
         let client = Client::builder()
             .connect_timeout(TIMEOUT)
             .response_timeout(TIMEOUT)
+            .outage_patience(Duration::ZERO)
             .open(url.as_str())
             .unwrap();
         let calls: Vec<(&str, Call)> = vec![

@@ -67,45 +67,11 @@ fn a_lock_acknowledged_by_every_replica_is_kept_across_a_failover() {
         .unwrap();
     assert!(held, "the new master does not have the lock");
     g.unlock().unwrap();
-    // Right after the failover the new master has one replica of two (the old master
-    // follows it later): acquires are granted, acknowledged by the replica online.
+    // Fencing tokens keep growing on the new master (once both replicas follow it, since
+    // every acquire waits for both).
+    assert!(eventually(LIMIT, || deployment.settled()));
     let next = client.mutex("kept").lock().unwrap();
     assert!(next.fencing_token() > token);
-    drop(next);
-    assert!(eventually(LIMIT, || deployment.settled()));
-    let again = client.mutex("kept").lock().unwrap();
-    assert!(again.fencing_token() > token);
-}
-
-#[test]
-fn acknowledged_locks_are_still_granted_with_a_replica_dead() {
-    let mut deployment = SentinelDeployment::start();
-    let client = Client::builder()
-        .connect_timeout(Duration::from_secs(2))
-        .response_timeout(Duration::from_secs(2))
-        .replica_acks(2, Duration::from_millis(500))
-        .open(deployment.url())
-        .unwrap();
-    drop(client.mutex("warm").lock().unwrap());
-    let master = deployment.master().port();
-    let replicas: Vec<usize> = (0..deployment.nodes.len())
-        .filter(|&i| deployment.nodes[i].port() != master)
-        .collect();
-    deployment.nodes[replicas[0]].kill();
-    for i in 0..20 {
-        let name = format!("acked-{i}");
-        let g = client
-            .mutex(&name)
-            .lock()
-            .unwrap_or_else(|e| panic!("acquire {i} with one replica dead: {e}"));
-        // Acknowledged by the replica that lives: it has the lock.
-        let on_replica: bool = redis::cmd("EXISTS")
-            .arg(format!("redmutex:{{{name}}}"))
-            .query(&mut deployment.nodes[replicas[1]].conn())
-            .unwrap();
-        assert!(on_replica, "acquire {i} is not on the live replica");
-        g.unlock().unwrap();
-    }
 }
 
 #[test]

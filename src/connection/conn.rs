@@ -57,11 +57,6 @@ impl Conn {
         &self.features
     }
 
-    /// The server's features, shared (to learn from a call on this connection).
-    pub(crate) fn features_arc(&self) -> Arc<ServerFeatures> {
-        Arc::clone(&self.features)
-    }
-
     /// Notes that the server ran (or has) the script of `hash`.
     pub(crate) fn saw_script(&mut self, hash: &'static str) {
         if !self.knows_script(hash) {

@@ -8,12 +8,6 @@
 //! the subscriber learns sharded pub/sub from its first `SSUBSCRIBE`.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
-
-use parking_lot::Mutex;
-
-/// How long a count of a master's online replicas is used before it is read again.
-const REPLICAS_FRESH_FOR: Duration = Duration::from_secs(1);
 
 /// Whether a server takes `SET … NX … GET`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,8 +23,6 @@ pub(crate) enum SetNxGet {
 pub(crate) struct ServerFeatures {
     /// A [`SetNxGet`] as a number: 0 untried, 1 taken, 2 refused.
     set_nx_get: AtomicU8,
-    /// How many replicas the server reported online, and when (for replica acknowledgements).
-    replicas: Mutex<Option<(u32, Instant)>>,
 }
 
 impl ServerFeatures {
@@ -56,45 +48,6 @@ impl ServerFeatures {
     }
 }
 
-impl ServerFeatures {
-    /// The number of online replicas the server reported less than a second ago, if any.
-    pub(crate) fn replicas_online(&self) -> Option<u32> {
-        let known = *self.replicas.lock();
-        known
-            .filter(|(_, at)| at.elapsed() < REPLICAS_FRESH_FOR)
-            .map(|(n, _)| n)
-    }
-
-    /// Reads the number of replicas online from the server (`INFO replication`: the
-    /// replicas in state `online`, which are those that can acknowledge a write), and keeps
-    /// it for a second.
-    pub(crate) fn read_replicas_online(
-        &self,
-        c: &mut impl redis::ConnectionLike,
-    ) -> redis::RedisResult<u32> {
-        let info: String = redis::cmd("INFO").arg("replication").query(c)?;
-        let online = count_online_replicas(&info);
-        *self.replicas.lock() = Some((online, Instant::now()));
-        Ok(online)
-    }
-}
-
-/// The replicas in state `online` in an `INFO replication` text (`slave0:ip=…,state=online,…`).
-fn count_online_replicas(info: &str) -> u32 {
-    let online = info
-        .lines()
-        .filter(|l| {
-            l.strip_prefix("slave")
-                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
-        })
-        .filter(|l| {
-            l.split([':', ','])
-                .any(|field| field.trim() == "state=online")
-        })
-        .count();
-    u32::try_from(online).unwrap_or(u32::MAX)
-}
-
 /// `ERR syntax error`: the server does not know the command's form.
 fn is_syntax_error(code: &str, details: Option<&str>) -> bool {
     code == "ERR" && details.is_some_and(|d| d.starts_with("syntax error"))
@@ -106,17 +59,6 @@ mod tests {
 
     fn error(text: &str) -> redis::RedisResult<redis::Value> {
         redis::parse_redis_value(format!("-{text}\r\n").as_bytes())
-    }
-
-    #[test]
-    fn online_replicas_are_counted_from_info_replication() {
-        let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
-            slave0:ip=127.0.0.1,port=7001,state=online,offset=100,lag=0\r\n\
-            slave1:ip=127.0.0.1,port=7002,state=wait_bgsave,offset=0,lag=0\r\n\
-            slave2:ip=127.0.0.1,port=7003,state=online,offset=100,lag=1\r\n\
-            slave_read_repl_offset:100\r\nmaster_repl_offset:100\r\n";
-        assert_eq!(count_online_replicas(info), 2);
-        assert_eq!(count_online_replicas("# Replication\r\nrole:master\r\n"), 0);
     }
 
     #[test]

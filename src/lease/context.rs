@@ -150,51 +150,40 @@ impl LockContext {
         self.connections.call(route, doing, f)
     }
 
-    /// Waits for the replicas to acknowledge an acquire, when the client asks for it: `WAIT`
-    /// for as many of the replicas asked for as the master reports online (its count is
-    /// kept for a second); when fewer acknowledge, the count is read again, since a replica
-    /// may have gone. `None` when the client does not ask for acknowledgements.
+    /// After an acquire on connection `c`: how many replicas acknowledged it, when the client
+    /// asks for acknowledgements (`WAIT` must run on the connection that wrote).
     pub(crate) fn replica_acks(
         &self,
         c: &mut crate::connection::Conn,
-    ) -> redis::RedisResult<Option<Acks>> {
-        let Some((wanted, timeout)) = self.config.replica_acks else {
-            return Ok(None);
-        };
-        let online = match c.features().replicas_online() {
-            Some(online) => online,
-            None => c.features_arc().read_replicas_online(c)?,
-        };
-        let asked = wanted.min(online);
-        if asked == 0 {
-            return Ok(Some(Acks {
-                got: 0,
-                asked,
-                online,
-            }));
+    ) -> redis::RedisResult<Option<i64>> {
+        match self.config.replica_acks {
+            Some((replicas, timeout)) => {
+                let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+                redis::cmd("WAIT")
+                    .arg(replicas)
+                    .arg(timeout_ms)
+                    .query::<i64>(c)
+                    .map(Some)
+            }
+            None => Ok(None),
         }
-        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        let got: i64 = redis::cmd("WAIT").arg(asked).arg(timeout_ms).query(c)?;
-        if got >= i64::from(asked) {
-            return Ok(Some(Acks { got, asked, online }));
-        }
-        let online = c.features_arc().read_replicas_online(c)?;
-        Ok(Some(Acks {
-            got,
-            asked: wanted.min(online),
-            online,
-        }))
+    }
+
+    /// Whether `acks` acknowledgements are too few for the client's setting.
+    pub(crate) fn too_few_acks(&self, acks: i64) -> bool {
+        self.config
+            .replica_acks
+            .is_some_and(|(n, _)| acks < i64::from(n))
     }
 
     /// The error of an acquire that too few replicas acknowledged (and that was rolled back).
-    pub(crate) fn not_replicated(&self, acks: &Acks) -> Error {
+    pub(crate) fn not_replicated(&self, acks: i64) -> Error {
         let wanted = self.config.replica_acks.map_or(0, |(n, _)| n);
         Error::new(
             ErrorKind::NotReplicated,
             format!(
-                "{} of {} replicas acknowledged the acquire in time ({wanted} asked for, {} \
-                 online); it was rolled back",
-                acks.got, acks.asked, acks.online
+                "{acks} of the {wanted} replicas asked for acknowledged the acquire in time; \
+                 it was rolled back"
             ),
         )
     }
@@ -212,22 +201,5 @@ impl LockContext {
             notifications,
             subscriber_reconnects,
         })
-    }
-}
-
-/// The replica acknowledgements of an acquire.
-pub(crate) struct Acks {
-    /// How many replicas acknowledged it.
-    pub(crate) got: i64,
-    /// How many had to: the replicas asked for, or those online when fewer are.
-    pub(crate) asked: u32,
-    /// The replicas the master reported online.
-    pub(crate) online: u32,
-}
-
-impl Acks {
-    /// Whether fewer replicas acknowledged than had to.
-    pub(crate) fn too_few(&self) -> bool {
-        self.got < i64::from(self.asked)
     }
 }

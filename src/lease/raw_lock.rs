@@ -535,9 +535,9 @@ impl RawLock {
                 Ok((reply, acks))
             });
             return match reply {
-                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if acks.too_few() => {
+                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
                     self.roll_back(keys, token, sent_at + lease);
-                    Err(ctx.not_replicated(&acks))
+                    Err(ctx.not_replicated(acks))
                 }
                 Ok((
                     AcquireReply {
