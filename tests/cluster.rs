@@ -604,3 +604,54 @@ fn a_holder_whose_lock_the_promoted_replica_never_got_is_told() {
     assert_eq!(pttl(&cluster.nodes[replica], key), -2);
     assert_eq!(g.unlock().unwrap_err().kind(), ErrorKind::LockLost);
 }
+
+#[test]
+fn a_release_right_after_a_slot_migration_reaches_the_next_waiter_in_every_run() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    // Default leases and renewal: a waiter re-checks only every 10 s on its own, so only a
+    // release it hears (or the re-check after its subscription moved) wakes it in time.
+    let settings = || {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_secs(2))
+            .open(cluster.url())
+            .unwrap()
+    };
+    let (first, second) = (settings(), settings());
+    let mut late = Vec::new();
+    for run in 0..20 {
+        let name = format!("ask-window-{run}");
+        let key = format!("redmutex:{{{name}}}");
+        let taken = first.mutex(&name).lock().unwrap();
+        let waiting = second.clone();
+        let n = name.clone();
+        let waiter = std::thread::spawn(move || {
+            let got = waiting.mutex(&n).lock();
+            (Instant::now(), got.map(|g| g.fencing_token()))
+        });
+        let contended = second.stats().contended;
+        assert!(eventually(LIMIT, || second.stats().contended > contended
+            || waiter.is_finished()));
+        if waiter.is_finished() {
+            panic!("run {run}: the waiter did not wait: {:?}", waiter.join());
+        }
+        // The slot moves under the held lock: its keys go first (the ASK window), then the
+        // slot (`SETSLOT … NODE`), and the old master drops the waiter's subscription.
+        let to_port = cluster.other_master_than_of(&key).port();
+        let to = cluster.nodes.iter().find(|n| n.port() == to_port).unwrap();
+        cluster.move_keys_of_slot_of(&key, to);
+        cluster.finish_migrating_slot_of(&key, to);
+        std::thread::sleep(Duration::from_millis(100));
+        let released = Instant::now();
+        taken.unlock().unwrap();
+        let (acquired, got) = within(LIMIT, move || waiter.join().unwrap());
+        assert!(got.is_ok(), "run {run}: {got:?}");
+        late.push(acquired.saturating_duration_since(released));
+    }
+    let slow: Vec<&Duration> = late
+        .iter()
+        .filter(|d| **d > Duration::from_secs(1))
+        .collect();
+    assert!(slow.is_empty(), "releases heard late: {late:?}");
+}

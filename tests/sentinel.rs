@@ -395,3 +395,36 @@ fn a_sentinel_deployment_over_tls() {
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(started.elapsed() < Duration::from_secs(15));
 }
+
+#[test]
+fn lock_rides_through_the_failover_of_a_killed_master() {
+    let mut deployment = SentinelDeployment::start();
+    let client = client(&deployment);
+    drop(client.mutex("busy").lock().unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, stopped) = (client.clone(), std::sync::Arc::clone(&stop));
+    // A thread takes the lock again and again: no `lock()` may fail while the deployment
+    // fails over (a release may: it is finished in the background).
+    let worker = std::thread::spawn(move || -> redmutex::Result<u32> {
+        let mut taken = 0;
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            let g = c.mutex("busy").lock()?;
+            taken += 1;
+            drop(g);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(taken)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let old = deployment.master().port();
+    deployment.node_mut(old).kill();
+    let new = deployment.wait_for_new_master(old);
+    assert_ne!(old, new);
+    let taken_at_switch = client.stats().acquisitions;
+    assert!(eventually(LIMIT, || client.stats().acquisitions > taken_at_switch + 5));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let taken = within(LIMIT, move || worker.join().unwrap())
+        .unwrap_or_else(|e| panic!("lock() failed during the failover: {e}"));
+    assert!(taken > 5);
+    assert!(client.stats().outage_retries >= 1, "{:?}", client.stats());
+}

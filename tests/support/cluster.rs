@@ -187,11 +187,17 @@ impl ClusterDeployment {
     /// Moves the slot of `key` (and every key in it) from its master to `to`, the way
     /// `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, MIGRATE, then NODE.
     pub fn migrate_slot_of(&self, key: &str, to: &RedisServer) {
+        self.move_keys_of_slot_of(key, to);
+        self.finish_migrating_slot_of(key, to);
+    }
+
+    /// Marks the slot of `key` as moving to `to` and moves every key in it, without giving
+    /// the slot to `to` yet: the old master then answers `ASK` for every key of the slot.
+    pub fn move_keys_of_slot_of(&self, key: &str, to: &RedisServer) {
         let from = self.master_of(key);
         let slot = self.slot_of(key);
         // Idempotent: a slot already marked keeps its marks.
         self.start_migrating_slot_of(key, to);
-        let to_id = self.node_id(to);
         loop {
             let keys: Vec<String> = redis::cmd("CLUSTER")
                 .arg("GETKEYSINSLOT")
@@ -213,6 +219,12 @@ impl ClusterDeployment {
                 .query(&mut from.conn())
                 .expect("MIGRATE");
         }
+    }
+
+    /// Gives the slot of `key`, whose keys moved, to `to` on every master (`SETSLOT NODE`).
+    pub fn finish_migrating_slot_of(&self, key: &str, to: &RedisServer) {
+        let slot = self.slot_of(key);
+        let to_id = self.node_id(to);
         for node in self.masters() {
             let _: () = redis::cmd("CLUSTER")
                 .arg("SETSLOT")

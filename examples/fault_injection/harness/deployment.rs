@@ -169,7 +169,8 @@ impl LockDeployment {
     }
 
     /// Takes the lock's master away: a standalone server is killed and started again empty;
-    /// under Sentinel or in a Cluster its replica is promoted; one Redlock instance is killed
+    /// under Sentinel its replica is promoted (`SENTINEL FAILOVER`); in a Cluster the master
+    /// is killed, its replica promoted by the cluster, and the killed node started again; one Redlock instance is killed
     /// and started again empty after one `lease` (`delayed`: the delayed-restart rule), or
     /// two, a majority, at once. Returns what it did.
     pub fn lose_master(&mut self, lease: Duration, delayed: bool) -> AnyResult<String> {
@@ -199,13 +200,43 @@ impl LockDeployment {
                     "instances on ports {ports:?} restarted empty at once"
                 ))
             }
-            Topology::Sentinel | Topology::Cluster => {
+            Topology::Cluster => {
+                // The master dies (SIGKILL): the cluster must notice and promote its replica
+                // on its own, and every client must find the new master without being told.
+                let from = self.master_port()?;
+                let master = self
+                    .nodes
+                    .iter_mut()
+                    .find(|n| n.port() == from)
+                    .ok_or_else(|| format!("no node on port {from}"))?;
+                master.kill();
+                let deadline = Instant::now() + FAILOVER_LIMIT;
+                let to = loop {
+                    match self.master_port() {
+                        Ok(port) if port != from => break port,
+                        _ if Instant::now() > deadline => {
+                            return Err(format!("no replica of port {from} was promoted").into())
+                        }
+                        _ => std::thread::sleep(Duration::from_millis(100)),
+                    }
+                };
+                // The killed node comes back (empty, with its `nodes.conf`) and follows the
+                // new master before the next fault.
+                if let Some(node) = self.nodes.iter_mut().find(|n| n.port() == from) {
+                    node.restart()?;
+                }
+                self.wait_until_ready()?;
+                Ok(format!(
+                    "master on port {from} killed; its replica on port {to} took over"
+                ))
+            }
+            Topology::Sentinel => {
                 let from = self.master_port()?;
                 let deadline = Instant::now() + FAILOVER_LIMIT;
                 'ask: loop {
                     // Either refuses while the last failover settles (NOGOODSLAVE, a replica
                     // still syncing): ask again.
-                    let _ = self.ask_for_failover(from);
+                    let _ = self.ask_for_failover();
                     let asked = Instant::now();
                     while asked.elapsed() < Duration::from_secs(10) {
                         if self.master_port().is_ok_and(|p| p != from) {
@@ -225,32 +256,13 @@ impl LockDeployment {
         }
     }
 
-    fn ask_for_failover(&self, from: u16) -> AnyResult<()> {
-        match self.topology {
-            Topology::Sentinel => {
-                let mut conn = self.sentinels[0].connection(Duration::from_secs(5))?;
-                redis::cmd("SENTINEL")
-                    .arg("FAILOVER")
-                    .arg(MASTER_NAME)
-                    .query::<()>(&mut conn)?;
-            }
-            _ => {
-                for node in &self.nodes {
-                    let mut conn = node.connection(Duration::from_secs(5))?;
-                    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
-                    let master_port = role
-                        .get(2)
-                        .and_then(|v| redis::from_redis_value_ref::<u16>(v).ok());
-                    if master_port == Some(from) {
-                        redis::cmd("CLUSTER")
-                            .arg("FAILOVER")
-                            .query::<()>(&mut conn)?;
-                        return Ok(());
-                    }
-                }
-                return Err(format!("no replica of port {from}").into());
-            }
-        }
+    /// Asks the sentinels to fail the master over.
+    fn ask_for_failover(&self) -> AnyResult<()> {
+        let mut conn = self.sentinels[0].connection(Duration::from_secs(5))?;
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(MASTER_NAME)
+            .query::<()>(&mut conn)?;
         Ok(())
     }
 

@@ -8,7 +8,8 @@ pub enum Fault {
     /// SIGSTOP the process that holds the lock for longer than the lease, then SIGCONT.
     StopHolder,
     /// Take the lock's master away: a standalone Redis is killed and started again, empty;
-    /// under Sentinel or in a Cluster, its replica is promoted (a failover).
+    /// under Sentinel its replica is promoted (`SENTINEL FAILOVER`); in a Cluster the master
+    /// is killed (SIGKILL) and the cluster promotes its replica on its own.
     LoseMaster,
     /// `CLIENT KILL` every client connection of the lock's Redis, pub/sub ones included.
     KillConnections,

@@ -177,7 +177,9 @@ impl RedisProcess {
         }
     }
 
-    fn kill(&mut self) {
+    /// Kills the server (SIGKILL), leaving its directory (a cluster node's `nodes.conf`) for
+    /// [`start_again`](Self::start_again).
+    pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();

@@ -38,6 +38,9 @@ pub(super) struct LaneThread {
 enum Exit {
     Stop,
     Broken(String),
+    /// The deployment's servers changed (a failover, a new slot map): connect again at once,
+    /// to wherever the lane's channels are now.
+    Moved,
 }
 
 impl LaneThread {
@@ -69,7 +72,7 @@ impl LaneThread {
                 Ok(mut conn) => {
                     let exit = self.serve(&mut conn, generation);
                     *self.link.serving.lock() = None;
-                    if matches!(exit, Exit::Broken(_)) {
+                    if matches!(exit, Exit::Broken(_) | Exit::Moved) {
                         self.shared.reconnects.fetch_add(1, Ordering::Relaxed);
                     }
                     exit
@@ -84,6 +87,12 @@ impl LaneThread {
                 Exit::Broken(why) => {
                     log::debug!("redmutex: subscriber connection lost: {why}");
                     self.release_channels(true);
+                }
+                Exit::Moved => {
+                    // Not a failure: no pause, and the pauses start again from the first.
+                    self.release_channels(true);
+                    delay = MIN_RECONNECT_DELAY;
+                    continue;
                 }
             }
             if started.elapsed() >= MAX_RECONNECT_DELAY {
@@ -253,7 +262,7 @@ impl LaneThread {
             }
             if self.shared.connections.generation() != generation {
                 // The deployment's servers changed (a failover, a new slot map): follow them.
-                return Exit::Broken("the deployment's servers changed".to_owned());
+                return Exit::Moved;
             }
             let (subscribe, unsubscribe, overdue) = self.pending_changes(response_timeout);
             if overdue {
