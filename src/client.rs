@@ -633,8 +633,9 @@ impl Builder {
     /// How long a blocking acquire (`lock()`, `try_lock_for`, `try_lock_until`, and their
     /// forms on every primitive) keeps trying through an outage: a server restarting or
     /// briefly unreachable, a Sentinel or Cluster failover the client is following. A
-    /// connection error, a time-out or a server's "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
-    /// `LOADING`, `MASTERDOWN`, `READONLY`) does not end the call: it tries again after a
+    /// connection error, a time-out, too few replica acknowledgements, or a server's "not
+    /// now" (`CLUSTERDOWN`, `TRYAGAIN`, `LOADING`, `MASTERDOWN`, `READONLY`) does not end the
+    /// call: it tries again after a
     /// backoff step, until the lock is taken, its deadline passes, or this long has passed
     /// since the call's first such error; then it returns the last error. `try_lock()` stays one attempt and returns the first error. Renewal keeps
     /// trying through an outage too, until the lease runs out on this machine's clock.

@@ -229,13 +229,14 @@ impl Error {
     }
 
     /// Whether the same call may succeed if tried again a little later: Redis could not be
-    /// reached or did not answer in time, or said "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
-    /// `LOADING`, `MASTERDOWN`, `READONLY`: a restart or failover under way). Blocking
-    /// acquires keep trying through these for the
+    /// reached or did not answer in time, said "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
+    /// `LOADING`, `MASTERDOWN`, `READONLY`: a restart or failover under way), or too few
+    /// replicas acknowledged an acquire (a replica resyncing, a new master whose replicas are
+    /// not back yet). Blocking acquires keep trying through these for the
     /// [outage patience](crate::Builder::outage_patience).
     pub fn is_transient(&self) -> bool {
         match self.kind {
-            ErrorKind::Connection | ErrorKind::Timeout => true,
+            ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::NotReplicated => true,
             ErrorKind::Server => {
                 [
                     "CLUSTERDOWN",

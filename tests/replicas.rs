@@ -26,9 +26,12 @@ fn replica_of(master: &RedisServer) -> RedisServer {
 fn acquires_wait_for_replicas_and_roll_back_without_them() {
     let master = RedisServer::start();
     let replica = replica_of(&master);
+    // A blocked acquire keeps trying for its outage patience (each try rolled back), then
+    // returns `NotReplicated`.
     let client = Client::builder()
         .replica_acks(1, Duration::from_millis(500))
         .response_timeout(Duration::from_secs(3))
+        .outage_patience(Duration::from_secs(2))
         .open(master.url())
         .unwrap();
 
@@ -49,6 +52,7 @@ fn acquires_wait_for_replicas_and_roll_back_without_them() {
     })
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    assert!(client.stats().outage_retries >= 1);
     let plain = Client::open(master.url()).unwrap();
     assert!(
         !plain.mutex("unreplicated").is_locked().unwrap(),
