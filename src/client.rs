@@ -331,6 +331,39 @@ impl Client {
         )
     }
 
+    /// Checks that the client can reach Redis as its address says, for a service to run at
+    /// start-up: connects (within the connect timeout), authenticates and selects the
+    /// database, and gets an answer to a `PING` (within the response timeout), from the
+    /// server, the master the sentinels name, or every master of a cluster. Opening a client
+    /// connects nothing; without this check, a wrong address shows at the first lock.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for a database index the server does
+    /// not have (or a master name the sentinels do not know);
+    /// [`ErrorKind::Auth`](crate::ErrorKind::Auth) for wrong credentials;
+    /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when nothing answers there, or
+    /// something that does not speak Redis; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout)
+    /// when the server does not answer the `PING` in time.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1:6379/0")?;
+    /// client.check()?; // fail at start-up, not at the first lock
+    /// # Ok(()) }
+    /// ```
+    pub fn check(&self) -> Result<()> {
+        self.shared.ensure_open()?;
+        let connections = &self.shared.connections;
+        let doing = crate::error::Doing::work("checking the connection");
+        for shard in 0..connections.shards().max(1) {
+            connections.call_shard(shard, doing, |c| redis::cmd("PING").query::<()>(c))?;
+        }
+        Ok(())
+    }
+
     /// Counters of what this client (and its clones) did so far; see [`Stats`].
     pub fn stats(&self) -> Stats {
         self.shared.stats()

@@ -228,6 +228,22 @@ impl Error {
         self.kind == ErrorKind::Auth
     }
 
+    /// Whether Redis refused the call with another error (`OOM`, `BUSY`, a script error, …):
+    /// see [`ErrorKind::Server`].
+    pub fn is_server(&self) -> bool {
+        self.kind == ErrorKind::Server
+    }
+
+    /// Whether a [`Shared`](crate::Shared) value did not decode into the handle's type.
+    pub fn is_decode(&self) -> bool {
+        self.kind == ErrorKind::Decode
+    }
+
+    /// Whether a [`Shared`](crate::Shared) handle that needs a stored value found none.
+    pub fn is_no_value(&self) -> bool {
+        self.kind == ErrorKind::NoValue
+    }
+
     /// Whether the same call may succeed if tried again a little later: Redis could not be
     /// reached or did not answer in time, said "not now" (`CLUSTERDOWN`, `TRYAGAIN`,
     /// `LOADING`, `MASTERDOWN`, `READONLY`: a restart or failover under way), or too few
@@ -320,6 +336,27 @@ impl Error {
                 "redis at {at} accepted a connection but did not answer its handshake within {} \
                  while {doing}",
                 human(server.connect_timeout)
+            );
+            return Error::new(ErrorKind::Connection, message)
+                .with_source(err)
+                .at_checkout();
+        }
+        if err
+            .detail()
+            .is_some_and(|d| d.contains("DB index is out of range"))
+        {
+            let message = format!(
+                "the database index in the address is out of range for redis at {at} (its \
+                 `databases` setting allows fewer) while {doing}"
+            );
+            return Error::new(ErrorKind::Config, message)
+                .with_source(err)
+                .at_checkout();
+        }
+        if matches!(err.kind(), redis::ErrorKind::Parse) {
+            let message = format!(
+                "the server at {at} does not speak the Redis protocol (is it the right port?) \
+                 while {doing}"
             );
             return Error::new(ErrorKind::Connection, message)
                 .with_source(err)

@@ -90,6 +90,42 @@ mod stats;
 mod token;
 mod waiting;
 
+/// The `redis` crate this crate is built on (the same version), for the commands of your own
+/// that go with a lock — a fenced write to a resource kept in Redis, say — without adding it
+/// to your `Cargo.toml` and keeping the two in step.
+///
+/// # Examples
+///
+/// A write accepted only from the holder with the highest fencing token seen (compared as
+/// text, so that tokens above 2^53 compare exactly):
+///
+/// ```no_run
+/// use redmutex::redis;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let locks = redmutex::Client::open("redis://127.0.0.1/")?;
+/// let mut store = redis::Client::open("redis://127.0.0.1/")?.get_connection()?;
+/// let fenced_set = redis::Script::new(
+///     r#"
+///     local last, token = redis.call('GET', KEYS[1]) or '0', ARGV[1]
+///     if #token < #last or (#token == #last and token < last) then return 0 end
+///     redis.call('SET', KEYS[1], token)
+///     redis.call('SET', KEYS[2], ARGV[2])
+///     return 1
+///     "#,
+/// );
+/// let guard = locks.mutex("ledger").lock()?;
+/// let accepted: i64 = fenced_set
+///     .key("ledger:fence")
+///     .key("ledger:balance")
+///     .arg(guard.fencing_token())
+///     .arg(100)
+///     .invoke(&mut store)?;
+/// assert_eq!(accepted, 1, "a later holder wrote first: this lease was lost");
+/// # Ok(()) }
+/// ```
+pub use redis;
+
 pub use client::{Builder, Client};
 pub use config::MAX_LEASE;
 pub use connection::{Address, IntoAddress};

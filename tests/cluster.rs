@@ -36,6 +36,7 @@ fn locks_live_on_the_master_of_their_slot_on_every_shard() {
     let _one = one_cluster();
     let cluster = ClusterDeployment::start();
     let client = client(&cluster);
+    client.check().unwrap(); // every master answers
     let guards: Vec<_> = (0..30)
         .map(|i| client.mutex(format!("order:{i}")).lock().unwrap())
         .collect();
@@ -167,6 +168,9 @@ fn seeds_where_no_node_answers_are_a_connection_error() {
         ))
         .unwrap();
     let started = Instant::now();
+    let c = client.clone();
+    let err = within(LIMIT, move || c.check()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     let err = within(LIMIT, move || client.mutex("x").try_lock().map(drop)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -263,3 +263,48 @@ fn wrong_or_missing_password_is_an_auth_error_without_the_password() {
     assert!(!format!("{client:?}").contains("right-horse-battery"));
     client.mutex("a").lock().unwrap().unlock().unwrap();
 }
+
+#[test]
+fn the_start_up_check_tells_a_bad_database_a_wrong_password_and_a_closed_port_apart() {
+    let server = RedisServer::start_with(&["--requirepass", "right-horse-battery"]);
+    let port = server.port();
+    let check = |url: String| {
+        let client = fast_failing_client(&url);
+        within(LIMIT, move || client.check())
+    };
+    check(format!("redis://:right-horse-battery@127.0.0.1:{port}/0")).unwrap();
+    let err = check(format!("redis://:right-horse-battery@127.0.0.1:{port}/99")).unwrap_err();
+    assert!(err.is_config(), "{err}");
+    assert!(err.to_string().contains("database"), "{err}");
+    let err = check(format!("redis://:wrong-staple-99@127.0.0.1:{port}/")).unwrap_err();
+    assert!(err.is_auth(), "{err}");
+    assert!(!err.to_string().contains("AuthenticationFailed"), "{err}");
+    assert!(!err.to_string().contains("wrong-staple-99"), "{err}");
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = check(format!("redis://127.0.0.1:{closed}/")).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    // Something that is not Redis answers on the port.
+    let http = TcpListener::bind("127.0.0.1:0").unwrap();
+    let http_port = http.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in http.incoming().take(4) {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 256];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let err = check(format!("redis://127.0.0.1:{http_port}/")).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not speak the Redis protocol"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains('\n'), "{err}");
+}

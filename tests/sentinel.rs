@@ -121,9 +121,15 @@ fn an_unknown_master_name_is_a_config_error() {
         .connect_timeout(Duration::from_secs(2))
         .open(url)
         .unwrap();
+    let c = client.clone();
+    let err = within(LIMIT, move || c.check()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     let err = within(LIMIT, move || client.mutex("x").try_lock().map(drop)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
     assert!(err.to_string().contains("nosuchmaster"), "{err}");
+    // The right name passes the start-up check (the master is found and answers).
+    let good = Client::open(deployment.url()).unwrap();
+    within(LIMIT, move || good.check()).unwrap();
 }
 
 #[test]

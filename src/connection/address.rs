@@ -95,8 +95,22 @@ impl Address {
         } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
             (true, rest)
         } else {
-            let info = redis::IntoConnectionInfo::into_connection_info(url)
-                .map_err(|e| Error::config(format!("invalid redis address: {e}")))?;
+            if !url.contains("://") {
+                return Err(Error::config(format!(
+                    "invalid redis address {:?}: it has no scheme; write it as \
+                     redis://host:port/ (rediss:// for TLS, redis+sentinel:// or \
+                     redis+cluster:// for a deployment)",
+                    redact(url)
+                )));
+            }
+            let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|e| {
+                Error::config(format!(
+                    "invalid redis address {:?}: {}",
+                    redact(url),
+                    e.detail()
+                        .unwrap_or("it does not parse as redis://[user:password@]host[:port][/db]")
+                ))
+            })?;
             return Ok(Address {
                 kind: AddressKind::Server(info),
             });
@@ -263,6 +277,23 @@ impl IntoAddress for redis::ConnectionInfo {
     }
 }
 
+/// `url` with any password replaced by `***`, for messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return match url.split_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => url.to_owned(),
+        };
+    };
+    match rest.split_once('@') {
+        Some((credentials, host)) => {
+            let user = credentials.split_once(':').map_or(credentials, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => url.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,5 +356,24 @@ mod tests {
             let err = Address::parse(url).unwrap_err();
             assert!(err.is_config(), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn an_address_without_a_scheme_says_so_and_shows_one_without_the_password() {
+        for url in ["127.0.0.1:16500", "locker:s3cret@10.0.0.1:6379"] {
+            let err = Address::parse(url).unwrap_err();
+            let text = err.to_string();
+            assert!(err.is_config(), "{text}");
+            assert!(
+                text.contains("no scheme") && text.contains("redis://"),
+                "{text}"
+            );
+            assert!(
+                !text.contains("s3cret") && !text.contains("InvalidClientConfig"),
+                "{text}"
+            );
+        }
+        let err = Address::parse("redis://:s3cret@host:notaport/").unwrap_err();
+        assert!(!err.to_string().contains("s3cret"), "{err}");
     }
 }
