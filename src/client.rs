@@ -698,6 +698,12 @@ impl Builder {
     /// at most `timeout`. When fewer do, the acquire is rolled back (the lock deleted with its
     /// own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated).
     ///
+    /// Under Sentinel and in a Cluster, only the replicas a failover may promote are asked
+    /// (with every replica attached to the master now): a replica the sentinels count down,
+    /// or that the Cluster counts failing, is not waited for, so a deployment with a dead
+    /// replica keeps granting locks. One server with replicas asks all `replicas` always.
+    /// docs/guarantees.md says what this keeps and what it does not.
+    ///
     /// This narrows, but does not close, the window in which a failover to a replica forgets a
     /// lock: Redis replication stays asynchronous, and a replica that acknowledged can still
     /// lose the write in a crash. It costs one more round trip per acquire, and at least one

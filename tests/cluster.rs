@@ -662,3 +662,31 @@ fn a_release_right_after_a_slot_migration_reaches_the_next_waiter_in_every_run()
         .collect();
     assert!(slow.is_empty(), "releases heard late: {late:?}");
 }
+
+#[test]
+fn acknowledged_locks_are_still_granted_when_the_masters_replica_dies() {
+    let _one = one_cluster();
+    let mut cluster = ClusterDeployment::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .response_timeout(Duration::from_secs(1))
+        .replica_acks(1, Duration::from_millis(300))
+        .outage_patience(Duration::from_secs(60))
+        .open(cluster.url())
+        .unwrap();
+    let key = "redmutex:{lonely}";
+    drop(client.mutex("lonely").lock().unwrap());
+    let master = index_of(&cluster, cluster.master_of(key).port());
+    let replica = index_of(&cluster, cluster.replica_of(&cluster.nodes[master]).port());
+    cluster.nodes[replica].kill();
+    // Once the cluster counts the replica failed, no replica of that master can be promoted:
+    // acquires stand without an acknowledgement (blocked ones keep trying until then).
+    for i in 0..5 {
+        let g = client
+            .mutex("lonely")
+            .lock()
+            .unwrap_or_else(|e| panic!("acquire {i} with the replica dead: {e}"));
+        g.unlock().unwrap();
+    }
+    assert!(client.mutex("lonely").try_lock().unwrap().is_some());
+}

@@ -434,3 +434,54 @@ fn lock_rides_through_the_failover_of_a_killed_master() {
     assert!(taken > 5);
     assert!(client.stats().outage_retries >= 1, "{:?}", client.stats());
 }
+
+#[test]
+fn acknowledged_locks_are_still_granted_with_a_replica_dead() {
+    let mut deployment = SentinelDeployment::start();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(2))
+        .replica_acks(2, Duration::from_millis(500))
+        .open(deployment.url())
+        .unwrap();
+    drop(client.mutex("warm").lock().unwrap());
+    let master = deployment.master().port();
+    let replicas: Vec<usize> = (0..deployment.nodes.len())
+        .filter(|&i| deployment.nodes[i].port() != master)
+        .collect();
+    deployment.nodes[replicas[0]].kill();
+    // Until the sentinels count the dead replica down, acquires cannot be acknowledged by
+    // both, and blocked ones keep trying; then the live replica's acknowledgement is enough.
+    for i in 0..20 {
+        let name = format!("acked-{i}");
+        let g = client
+            .mutex(&name)
+            .lock()
+            .unwrap_or_else(|e| panic!("acquire {i} with one replica dead: {e}"));
+        let on_replica: bool = redis::cmd("EXISTS")
+            .arg(format!("redmutex:{{{name}}}"))
+            .query(&mut deployment.nodes[replicas[1]].conn())
+            .unwrap();
+        assert!(on_replica, "acquire {i} is not on the live replica");
+        g.unlock().unwrap();
+    }
+    // A one-shot acquire is granted too, now that the sentinels count the replica down.
+    assert!(client.mutex("one-shot").try_lock().unwrap().is_some());
+    // The replica comes back: it is asked again (it must acknowledge once it is synced).
+    deployment.nodes[replicas[0]].restart();
+    let back = deployment.nodes[replicas[0]].port();
+    let mut conn = deployment.nodes[replicas[0]].conn();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master)
+        .query(&mut conn)
+        .unwrap();
+    assert!(eventually(LIMIT, || deployment.settled()));
+    let g = client.mutex("both-again").lock().unwrap();
+    let on_returned: bool = redis::cmd("EXISTS")
+        .arg("redmutex:{both-again}")
+        .query(&mut deployment.node(back).conn())
+        .unwrap();
+    assert!(on_returned, "the returned replica did not acknowledge");
+    drop(g);
+}

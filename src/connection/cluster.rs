@@ -80,6 +80,9 @@ struct SlotMap {
     /// Every node the map names, masters and replicas: where to read the next map from
     /// (a replica that is promoted knows the new map first).
     nodes: Vec<(String, u16)>,
+    /// The replicas of each shard's master that the map names (`CLUSTER SLOTS` leaves out
+    /// those the cluster counts as failed): those a failover may promote.
+    replicas: Vec<u32>,
 }
 
 /// The shortest time between two refreshes of the map that a failed connection asks for: a
@@ -187,6 +190,12 @@ impl Cluster {
         for (host, port) in candidates {
             match self.slots_from(&host, port) {
                 Ok(map) => {
+                    for (shard, replicas) in map.shards.iter().zip(&map.replicas) {
+                        shard
+                            .pool
+                            .features()
+                            .set_promotable_replicas(Some(*replicas));
+                    }
                     let changed = {
                         let mut current = self.map.write();
                         let changed = !current.same_as(&map);
@@ -228,6 +237,7 @@ impl Cluster {
             owner: vec![u16::MAX; SLOTS],
             shards: Vec::new(),
             nodes: Vec::new(),
+            replicas: Vec::new(),
         };
         for range in ranges {
             let redis::Value::Array(parts) = range else {
@@ -265,6 +275,13 @@ impl Cluster {
                         None => Arc::new(self.shard(&node_host, node_port)?),
                     };
                     map.shards.push(shard);
+                    let replicas = parts
+                        .iter()
+                        .skip(3)
+                        .filter(|p| matches!(p, redis::Value::Array(_)))
+                        .count();
+                    map.replicas
+                        .push(u32::try_from(replicas).unwrap_or(u32::MAX));
                     map.shards.len() - 1
                 }
             };
@@ -449,6 +466,11 @@ impl Deployment for Cluster {
 
     fn refresh_routes(&self) {
         self.refresh();
+    }
+
+    fn replicas_short(&self, shard: usize) {
+        let suspect = self.shard_at(shard);
+        self.refresh_soon(suspect.as_deref().map(|s| (s.host.as_str(), s.port)));
     }
 
     fn settle_unread(&self) {

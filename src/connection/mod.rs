@@ -103,6 +103,10 @@ pub(crate) trait Deployment: Send + Sync {
     /// slot map); `generation` changes if it changed.
     fn refresh_routes(&self) {}
 
+    /// Learns that fewer replicas acknowledged a write on `shard` than the deployment
+    /// counts: a Cluster reads its map again soon (a replica may have failed).
+    fn replicas_short(&self, _shard: usize) {}
+
     /// How many shards there are now (shards are `0..shards()`): one but for a Cluster.
     fn shards(&self) -> usize {
         1
@@ -448,6 +452,13 @@ impl Connections {
     /// server dropped): see [`Deployment::refresh_routes`].
     pub(crate) fn routes_changed(&self) {
         self.deployment.refresh_routes();
+    }
+
+    /// Tells the deployment that fewer replicas acknowledged a write for `route` than it
+    /// counts: see [`Deployment::replicas_short`].
+    pub(crate) fn replicas_short(&self, route: &str) {
+        let shard = self.deployment.shard_of(route);
+        self.deployment.replicas_short(shard);
     }
 
     /// The deployment in a few words, for `Debug` output: see [`Deployment::describe`].

@@ -161,6 +161,11 @@ impl Pool {
         &self.shared.server
     }
 
+    /// What is known of the server, shared by its connections.
+    pub(crate) fn features(&self) -> &ServerFeatures {
+        &self.shared.features
+    }
+
     /// Checks out an idle connection, or a slot and makes its connection, within the connect
     /// timeout, or within `within` when that is shorter.
     pub(crate) fn get(&self, doing: Doing<'_>, within: Option<Duration>) -> Result<Checkout> {

@@ -131,6 +131,7 @@ impl Inner {
                 Ok(Some((host, port))) => match self.check_master(&host, port) {
                     Ok(master) => {
                         let master = Arc::new(master);
+                        self.learn_replicas(&master);
                         *self.master.write() = Some(Arc::clone(&master));
                         return Ok(master);
                     }
@@ -171,6 +172,68 @@ impl Inner {
             .arg("GET-MASTER-ADDR-BY-NAME")
             .arg(&s.master_name)
             .query(&mut conn)
+    }
+
+    /// Tells the master's pool how many of its replicas a failover may promote: those that
+    /// no sentinel that answered counts as down (`s_down`, `o_down`, `disconnected`), so
+    /// that acquires waiting for replicas do not wait for a dead one. Not known (every
+    /// replica is asked for) when no sentinel answers `SENTINEL REPLICAS`.
+    fn learn_replicas(&self, master: &Master) {
+        let s = &self.settings;
+        let mut views: Vec<Vec<(String, bool)>> = Vec::new();
+        for sentinel in &s.sentinels {
+            let view = (|| -> redis::RedisResult<Vec<(String, bool)>> {
+                let mut conn = sentinel.get_connection_with_timeout(s.connect_timeout)?;
+                conn.set_read_timeout(Some(s.response_timeout))?;
+                conn.set_write_timeout(Some(s.response_timeout))?;
+                let replicas: Vec<std::collections::HashMap<String, String>> =
+                    redis::cmd("SENTINEL")
+                        .arg("REPLICAS")
+                        .arg(&s.master_name)
+                        .query(&mut conn)?;
+                Ok(replicas
+                    .into_iter()
+                    .map(|r| {
+                        let name = r.get("name").cloned().unwrap_or_default();
+                        let flags = r.get("flags").map_or("", String::as_str);
+                        let down = flags
+                            .split(',')
+                            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"));
+                        (name, down)
+                    })
+                    .collect())
+            })();
+            match view {
+                Ok(view) => views.push(view),
+                Err(e) => log::debug!("redmutex: a sentinel did not list the replicas: {e}"),
+            }
+        }
+        // Down only when every sentinel that answered says so (or does not list it).
+        let mut names: Vec<&String> = views.iter().flatten().map(|(n, _)| n).collect();
+        names.sort();
+        names.dedup();
+        let up = names
+            .into_iter()
+            .filter(|name| {
+                views
+                    .iter()
+                    .any(|view| view.iter().any(|(listed, down)| listed == *name && !*down))
+            })
+            .count();
+        let promotable = match views.is_empty() {
+            true => None,
+            false => Some(u32::try_from(up).unwrap_or(u32::MAX)),
+        };
+        master.pool.features().set_promotable_replicas(promotable);
+    }
+
+    /// Learns again which replicas of the master in use a failover may promote (a sentinel
+    /// announced a replica down, back, or new).
+    fn replicas_changed(&self) {
+        let master = self.master.read().clone();
+        if let Some(master) = master {
+            self.learn_replicas(&master);
+        }
     }
 
     /// The node at (host, port), if it says it is a master.
@@ -287,6 +350,10 @@ impl Deployment for Sentinel {
 /// sentinel, when the failover ends).
 const SWITCH_EVENTS: [&str; 2] = ["+promoted-slave", "+switch-master"];
 
+/// The events that say a replica went down, came back, or joined: which replicas a failover
+/// may promote changed.
+const REPLICA_EVENTS: [&str; 3] = ["+sdown", "-sdown", "+slave"];
+
 /// Listens on every sentinel for a new master of our name, and drops the master in use when
 /// one is announced. Ends when the deployment is gone or shut down.
 fn listen_for_switches(inner: &Weak<Inner>) {
@@ -323,7 +390,12 @@ fn listen_for_switches(inner: &Weak<Inner>) {
                     let text = |v: Option<&redis::Value>| {
                         v.and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
                     };
-                    if let Some((host, port)) =
+                    let channel = text(data.first()).unwrap_or_default();
+                    if REPLICA_EVENTS.contains(&channel.as_str()) {
+                        if text(data.get(1)).is_some_and(|p| strong.is_our_replica(&p)) {
+                            strong.replicas_changed();
+                        }
+                    } else if let Some((host, port)) =
                         text(data.get(1)).and_then(|p| strong.new_master_in(&p))
                     {
                         log::debug!("redmutex: the sentinels announced a new master {host}:{port}");
@@ -353,12 +425,20 @@ fn subscribe_to_events(
     conn.send_packed_command(
         &redis::cmd("SUBSCRIBE")
             .arg(&SWITCH_EVENTS[..])
+            .arg(&REPLICA_EVENTS[..])
             .get_packed_command(),
     )?;
     Ok(conn)
 }
 
 impl Inner {
+    /// Whether a replica event (`slave <name> <ip> <port> @ <master name> …`) is about a
+    /// replica of our master.
+    fn is_our_replica(&self, payload: &str) -> bool {
+        let words: Vec<&str> = payload.split(' ').collect();
+        matches!(words.as_slice(), ["slave", _, _, _, "@", name, ..] if *name == self.settings.master_name)
+    }
+
     /// The new master's address in the payload of a switch event for our master, when it is
     /// not the master in use already.
     fn new_master_in(&self, payload: &str) -> Option<(String, u16)> {
@@ -389,6 +469,7 @@ impl Inner {
         let _one_at_a_time = self.discovering.lock();
         match self.check_master(host, port) {
             Ok(master) => {
+                self.learn_replicas(&master);
                 *self.master.write() = Some(Arc::new(master));
                 self.generation.fetch_add(1, Ordering::AcqRel);
             }

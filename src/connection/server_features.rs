@@ -7,7 +7,7 @@
 //! tell the versions apart themselves (`redis.REDIS_VERSION_NUM` exists from 7.0 on), and
 //! the subscriber learns sharded pub/sub from its first `SSUBSCRIBE`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, Ordering};
 
 /// Whether a server takes `SET … NX … GET`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,10 +19,22 @@ pub(crate) enum SetNxGet {
 }
 
 /// The features of one server (one pool's), shared by its connections.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ServerFeatures {
     /// A [`SetNxGet`] as a number: 0 untried, 1 taken, 2 refused.
     set_nx_get: AtomicU8,
+    /// How many of this master's replicas a failover may promote, as the deployment says
+    /// (a Cluster's slot map, the sentinels); negative: not known (one server).
+    promotable: AtomicI64,
+}
+
+impl Default for ServerFeatures {
+    fn default() -> Self {
+        ServerFeatures {
+            set_nx_get: AtomicU8::new(0),
+            promotable: AtomicI64::new(-1),
+        }
+    }
 }
 
 impl ServerFeatures {
@@ -45,6 +57,19 @@ impl ServerFeatures {
             Ok(_) => 1,
         };
         self.set_nx_get.store(seen, Ordering::Relaxed);
+    }
+}
+
+impl ServerFeatures {
+    /// How many of this master's replicas a failover may promote, when the deployment knows.
+    pub(crate) fn promotable_replicas(&self) -> Option<u32> {
+        u32::try_from(self.promotable.load(Ordering::Relaxed)).ok()
+    }
+
+    /// Records what the deployment says of this master's replicas (`None`: not known).
+    pub(crate) fn set_promotable_replicas(&self, replicas: Option<u32>) {
+        let value = replicas.map_or(-1, i64::from);
+        self.promotable.store(value, Ordering::Relaxed);
     }
 }
 

@@ -150,41 +150,58 @@ impl LockContext {
         self.connections.call(route, doing, f)
     }
 
-    /// After an acquire on connection `c`: how many replicas acknowledged it, when the client
-    /// asks for acknowledgements (`WAIT` must run on the connection that wrote).
+    /// Waits for the replicas to acknowledge an acquire, when the client asks for it, and
+    /// returns how many did of how many had to: the replicas asked for, or fewer when the
+    /// deployment says fewer can be promoted (the sentinels count one down; a Cluster's map
+    /// names fewer for the master) — then also every replica attached to the master now
+    /// (`ROLE`, one more command only in that case), so that a replica back from the dead
+    /// is asked before the deployment counts it again. `None` when the client does not ask.
     pub(crate) fn replica_acks(
         &self,
         c: &mut crate::connection::Conn,
-    ) -> redis::RedisResult<Option<i64>> {
-        match self.config.replica_acks {
-            Some((replicas, timeout)) => {
-                let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-                redis::cmd("WAIT")
-                    .arg(replicas)
-                    .arg(timeout_ms)
-                    .query::<i64>(c)
-                    .map(Some)
+    ) -> redis::RedisResult<Option<(i64, u32)>> {
+        let Some((wanted, timeout)) = self.config.replica_acks else {
+            return Ok(None);
+        };
+        let asked = match c.features().promotable_replicas() {
+            Some(promotable) if promotable < wanted => {
+                let role: Vec<redis::Value> = redis::cmd("ROLE").query(c)?;
+                let attached = match role.get(2) {
+                    Some(redis::Value::Array(replicas)) => {
+                        u32::try_from(replicas.len()).unwrap_or(u32::MAX)
+                    }
+                    _ => wanted,
+                };
+                wanted.min(promotable.max(attached))
             }
-            None => Ok(None),
+            _ => wanted,
+        };
+        if asked == 0 {
+            return Ok(Some((0, 0)));
         }
+        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        let got: i64 = redis::cmd("WAIT").arg(asked).arg(timeout_ms).query(c)?;
+        Ok(Some((got, asked)))
     }
 
-    /// Whether `acks` acknowledgements are too few for the client's setting.
-    pub(crate) fn too_few_acks(&self, acks: i64) -> bool {
-        self.config
-            .replica_acks
-            .is_some_and(|(n, _)| acks < i64::from(n))
+    /// Whether too few replicas acknowledged (`acks`: how many did, of how many had to).
+    pub(crate) fn too_few_acks(&self, (got, asked): (i64, u32)) -> bool {
+        got < i64::from(asked)
     }
 
     /// The error of an acquire that too few replicas acknowledged (and that was rolled back).
-    pub(crate) fn not_replicated(&self, acks: i64) -> Error {
+    pub(crate) fn not_replicated(&self, (got, asked): (i64, u32)) -> Error {
         let wanted = self.config.replica_acks.map_or(0, |(n, _)| n);
+        let of = match asked < wanted {
+            true => format!(
+                "{asked} replicas (of the {wanted} asked for, those the deployment can promote \
+                 or that are attached)"
+            ),
+            false => format!("the {wanted} replicas asked for"),
+        };
         Error::new(
             ErrorKind::NotReplicated,
-            format!(
-                "{acks} of the {wanted} replicas asked for acknowledged the acquire in time; \
-                 it was rolled back"
-            ),
+            format!("{got} of {of} acknowledged the acquire in time; it was rolled back"),
         )
     }
 

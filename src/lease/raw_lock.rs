@@ -537,6 +537,7 @@ impl RawLock {
             return match reply {
                 Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
                     self.roll_back(keys, token, sent_at + lease);
+                    ctx.connections.replicas_short(&keys.lock);
                     Err(ctx.not_replicated(acks))
                 }
                 Ok((
