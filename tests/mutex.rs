@@ -512,3 +512,40 @@ fn scripts_are_reloaded_after_script_flush() {
     let g = client.mutex("sf").lock().unwrap();
     g.unlock().unwrap();
 }
+
+#[test]
+fn a_lock_kept_until_expiry_is_no_longer_renewed_and_frees_itself() {
+    let server = RedisServer::start();
+    let holder = Client::builder()
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let g = holder.mutex("run-once").lock().unwrap();
+    std::thread::sleep(Duration::from_millis(800)); // renewed meanwhile
+    assert!(holder.stats().renewals >= 1);
+    let left = g.keep_until_expiry().unwrap();
+    assert!(
+        left > Duration::ZERO && left <= Duration::from_secs(2),
+        "{left:?}"
+    );
+    let kept_at = Instant::now();
+    assert_eq!(holder.stats().renewed_leases, 0, "still renewed");
+    // Nobody takes it before its lease is over, this thread included.
+    assert!(other.mutex("run-once").try_lock().unwrap().is_none());
+    assert!(holder.mutex("run-once").try_lock().unwrap().is_none());
+    let pttl: i64 = server.conn().pttl("redmutex:{run-once}").unwrap();
+    assert!(pttl > 0 && pttl <= 2000, "{pttl}");
+    // Then it frees itself, and anyone (this thread too) takes it again.
+    let again = within(Duration::from_secs(60), {
+        let other = other.clone();
+        move || other.mutex("run-once").lock().map(|g| g.fencing_token())
+    });
+    assert!(again.is_ok(), "{again:?}");
+    assert!(
+        kept_at.elapsed() + Duration::from_millis(200) >= left,
+        "taken before it expired"
+    );
+    assert!(holder.mutex("run-once").lock().is_ok());
+}

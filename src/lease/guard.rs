@@ -128,6 +128,22 @@ impl LeaseGuard {
         self.release(Reply::Wait)
     }
 
+    /// Stops renewing and leaves the lock in Redis until its lease runs out; returns how
+    /// long that is, as Redis says (one round trip). An inner re-entrant guard only counts
+    /// down (the outer one still holds and releases). The keep happens whatever Redis
+    /// answers: on an error the lock still expires with its lease.
+    pub(crate) fn keep_until_expiry(mut self) -> Result<Duration> {
+        let remaining = self.verify();
+        self.released = true;
+        if reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
+            if let Some(id) = self.hold.renewal_id {
+                self.ctx.renewal.cancel(id);
+            }
+            self.hold.lease.mark_released();
+        }
+        remaining
+    }
+
     pub(crate) fn poison(&self) -> Result<Option<PoisonInfo>> {
         let keys = &self.hold.keys;
         let stored: Option<String> = self.ctx.call(

@@ -180,6 +180,39 @@ impl MutexGuard {
         self.inner.unlock()
     }
 
+    /// Keeps the lock until its lease runs out, instead of releasing it: renewal stops, the
+    /// guard goes without a release, and the lock stays in Redis for what is left of its
+    /// lease, which this returns (one round trip). This is the run-once pattern ("the job ran
+    /// in this window; nobody runs it again until the lease is over") without
+    /// `std::mem::forget`, which would keep renewing the lock for as long as the process
+    /// lives. An inner re-entrant guard only counts down, as
+    /// [`unlock`](MutexGuard::unlock) does.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lock was no longer held;
+    /// connection and timeout errors when Redis did not say (the lock still expires with its
+    /// lease: nothing renews it any more).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let job = client.mutex("nightly-report").with_lease(Duration::from_secs(3600));
+    /// if let Some(guard) = job.try_lock()? {
+    ///     // ... run the report ...
+    ///     let left = guard.keep_until_expiry()?;
+    ///     println!("no other instance runs it for another {left:?}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        self.inner.keep_until_expiry()
+    }
+
     /// Whether the previous holder's thread panicked while holding the lock (in any
     /// process), and who and when. One round trip.
     ///
