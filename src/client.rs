@@ -333,7 +333,8 @@ impl Client {
 
     /// Checks that the client can reach Redis as its address says, for a service to run at
     /// start-up: connects (within the connect timeout), authenticates and selects the
-    /// database, and gets an answer to a `PING` (within the response timeout), from the
+    /// database, and gets an answer to a `TIME` (within the response timeout; a command the
+    /// ACL list in the README allows), from the
     /// server, the master the sentinels name, or every master of a cluster. Opening a client
     /// connects nothing; without this check, a wrong address shows at the first lock.
     ///
@@ -344,7 +345,7 @@ impl Client {
     /// [`ErrorKind::Auth`](crate::ErrorKind::Auth) for wrong credentials;
     /// [`ErrorKind::Connection`](crate::ErrorKind::Connection) when nothing answers there, or
     /// something that does not speak Redis; [`ErrorKind::Timeout`](crate::ErrorKind::Timeout)
-    /// when the server does not answer the `PING` in time.
+    /// when the server does not answer in time.
     ///
     /// # Examples
     ///
@@ -359,7 +360,7 @@ impl Client {
         let connections = &self.shared.connections;
         let doing = crate::error::Doing::work("checking the connection");
         for shard in 0..connections.shards().max(1) {
-            connections.call_shard(shard, doing, |c| redis::cmd("PING").query::<()>(c))?;
+            connections.call_shard(shard, doing, |c| redis::cmd("TIME").query::<()>(c))?;
         }
         Ok(())
     }

@@ -234,6 +234,8 @@ fn an_acl_user_with_the_documented_commands_can_use_every_feature() {
         .open(url.as_str())
         .unwrap();
 
+    // The start-up check.
+    client.check().unwrap();
     // Lock, re-check, extend, renewal across the lease, fencing.
     let m = client.mutex("acct");
     let g = m.lock().unwrap();
