@@ -54,6 +54,24 @@ fn crc16(bytes: &[u8]) -> u16 {
     crc
 }
 
+/// The address of a node in a `CLUSTER SLOTS` entry (`[host, port, id, …]`); an empty host
+/// is the node that answered (`answered`).
+fn node_address(entry: &redis::Value, answered: &str) -> Option<(String, u16)> {
+    let redis::Value::Array(fields) = entry else {
+        return None;
+    };
+    let host = fields
+        .first()
+        .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| answered.to_owned());
+    let port = fields
+        .get(1)
+        .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok())
+        .and_then(|p| u16::try_from(p).ok())?;
+    Some((host, port))
+}
+
 /// How to reach a cluster.
 pub(crate) struct ClusterSettings {
     /// Nodes to ask for the slot map first.
@@ -249,15 +267,8 @@ impl Cluster {
             let (Some(start), Some(end)) = (int(parts.first()), int(parts.get(1))) else {
                 continue;
             };
-            let Some(redis::Value::Array(master)) = parts.get(2) else {
-                continue;
-            };
-            let node_host = master
-                .first()
-                .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| host.to_owned());
-            let Some(node_port) = int(master.get(1)).and_then(|p| u16::try_from(p).ok()) else {
+            let Some((node_host, node_port)) = parts.get(2).and_then(|m| node_address(m, host))
+            else {
                 continue;
             };
             let index = match map
@@ -285,19 +296,9 @@ impl Cluster {
                     map.shards.len() - 1
                 }
             };
-            for node in parts.iter().skip(2) {
-                let redis::Value::Array(node) = node else {
-                    continue;
-                };
-                let node_host = node
-                    .first()
-                    .and_then(|v| redis::from_redis_value_ref::<String>(v).ok())
-                    .filter(|h| !h.is_empty())
-                    .unwrap_or_else(|| host.to_owned());
-                if let Some(node_port) = int(node.get(1)).and_then(|p| u16::try_from(p).ok()) {
-                    if !map.nodes.contains(&(node_host.clone(), node_port)) {
-                        map.nodes.push((node_host, node_port));
-                    }
+            for node in parts.iter().skip(2).filter_map(|n| node_address(n, host)) {
+                if !map.nodes.contains(&node) {
+                    map.nodes.push(node);
                 }
             }
             let (start, end) = (start.max(0) as usize, (end as usize).min(SLOTS - 1));
