@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{validate_lease, Config};
+use crate::config::{validate_lease, Config, ReplicaAcks};
 use crate::connection::{
     Address, AddressKind, Cluster, ClusterAddress, ClusterSettings, Connections, IntoAddress,
     NodeClients, PoolSettings, Sentinel, SentinelAddress, SentinelSettings, Standalone,
@@ -420,6 +420,19 @@ impl fmt::Debug for Client {
     }
 }
 
+/// Whether replicas acknowledge lease writes: see [`Builder::replica_acks`].
+#[derive(Debug, Clone, Copy)]
+enum AckSetting {
+    /// One replica under Sentinel and in a Cluster, where the deployment names one.
+    Default,
+    Off,
+    Ask(u32, Duration),
+}
+
+/// How long a lease write waits for a replica by default (less when the response timeout or
+/// the renewal interval is short).
+const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// Settings for a [`Client`]; start with [`Client::builder`].
 ///
 /// Every setting has a default fit for most services; [`open`](Builder::open) checks them
@@ -452,7 +465,7 @@ pub struct Builder {
     backoff_base: Duration,
     backoff_cap: Duration,
     outage_patience: Duration,
-    replica_acks: Option<(u32, Duration)>,
+    replica_acks: AckSetting,
     /// Credentials for the sentinels, when not those of the data nodes.
     sentinel_auth: Option<(Option<String>, Option<String>)>,
     client_name: Option<String>,
@@ -488,7 +501,7 @@ impl Builder {
             backoff_base: Duration::from_millis(10),
             backoff_cap: Duration::from_millis(500),
             outage_patience: Duration::from_secs(20),
-            replica_acks: None,
+            replica_acks: AckSetting::Default,
             sentinel_auth: None,
             #[cfg(feature = "tls")]
             tls: TlsSettings::default(),
@@ -695,25 +708,72 @@ impl Builder {
         self
     }
 
-    /// Makes every acquire wait until `replicas` replicas acknowledged it (Redis `WAIT`), for
-    /// at most `timeout`. When fewer do, the acquire is rolled back (the lock deleted with its
-    /// own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated).
+    /// Makes every write that sets a lease wait until `replicas` replicas acknowledged it
+    /// (Redis `WAIT`, in the write's round trip), for at most `timeout`: the acquire, each
+    /// renewal, [`extend`](crate::MutexGuard::extend) and
+    /// [`set_lease`](crate::MutexGuard::set_lease), a reader's and a semaphore holder's
+    /// lease. The client counts a lease only from the last write that reached them (less a
+    /// clock-drift allowance of 1 % and 2 ms), so a holder cut off with its master is told its
+    /// lease ran out before a promoted replica's copy of the lock expires and someone else
+    /// can take it there.
+    ///
+    /// - An acquire that too few replicas acknowledged is rolled back (the lock deleted with
+    ///   its own token) and fails with [`ErrorKind::NotReplicated`](crate::ErrorKind::NotReplicated);
+    ///   blocking acquires try again within their [outage patience](Builder::outage_patience).
+    /// - A renewal that too few acknowledged extends nothing: it is sent again soon, and the
+    ///   holder is told when the lease it counts runs out.
+    /// - An extension that too few acknowledged fails with `NotReplicated` and the lease the
+    ///   holder counts stays as it was.
     ///
     /// Under Sentinel and in a Cluster, only the replicas a failover may promote are asked
     /// (with every replica attached to the master now): a replica the sentinels count down,
     /// or that the Cluster counts failing, is not waited for, so a deployment with a dead
     /// replica keeps granting locks. One server with replicas asks all `replicas` always.
-    /// docs/guarantees.md says what this keeps and what it does not.
     ///
-    /// This narrows, but does not close, the window in which a failover to a replica forgets a
-    /// lock: Redis replication stays asynchronous, and a replica that acknowledged can still
-    /// lose the write in a crash. It costs one more round trip per acquire, and at least one
-    /// replication round trip.
+    /// **Default:** a Sentinel or Cluster client asks one replica, for at most 500 ms (less
+    /// when the response timeout or the renewal interval is short), wherever the deployment
+    /// names a replica it can promote, and none where it names none; a client of one server
+    /// asks none. [`no_replica_acks`](Builder::no_replica_acks) turns them off.
+    /// docs/guarantees.md says what this keeps and what it does not: Redis replication stays
+    /// asynchronous, and a replica that acknowledged can still lose the write in a crash.
     ///
-    /// Defaults to off. `replicas` must be at least 1, and `timeout` at least 1 ms and below
-    /// the [response timeout](Builder::response_timeout).
+    /// `replicas` must be at least 1, and `timeout` at least 1 ms and below the
+    /// [response timeout](Builder::response_timeout).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// // Two replicas of each master must hold every lease the client counts.
+    /// let client = redmutex::Client::builder()
+    ///     .replica_acks(2, Duration::from_millis(200))
+    ///     .open("redis+sentinel://10.0.0.5:26379/orders")?;
+    /// # let _ = client; Ok(()) }
+    /// ```
     pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.replica_acks = Some((replicas, timeout));
+        self.replica_acks = AckSetting::Ask(replicas, timeout);
+        self
+    }
+
+    /// Turns off the replica acknowledgements that a Sentinel or Cluster client asks for by
+    /// default (see [`replica_acks`](Builder::replica_acks)): each write that sets a lease is
+    /// one command fewer and never waits for a replica, and a holder cut off with its master
+    /// may then go on believing it holds the lock for up to a lease after a replica was
+    /// promoted and someone else took it there (fencing tokens still order the two).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::builder()
+    ///     .no_replica_acks()
+    ///     .open("redis+sentinel://10.0.0.5:26379/orders")?;
+    /// # let _ = client; Ok(()) }
+    /// ```
+    pub fn no_replica_acks(mut self) -> Self {
+        self.replica_acks = AckSetting::Off;
         self
     }
 
@@ -820,18 +880,35 @@ impl Builder {
                 "backoff cap must not be below the backoff base",
             ));
         }
-        if let Some((replicas, timeout)) = self.replica_acks {
-            if replicas == 0 || timeout < Duration::from_millis(1) {
-                return Err(Error::config(
-                    "replica acknowledgements need at least 1 replica and a timeout of 1 ms or more",
-                ));
+        let replica_acks = match self.replica_acks {
+            AckSetting::Ask(replicas, timeout) => {
+                if replicas == 0 || timeout < Duration::from_millis(1) {
+                    return Err(Error::config(
+                        "replica acknowledgements need at least 1 replica and a timeout of 1 ms \
+                         or more",
+                    ));
+                }
+                if timeout >= self.response_timeout {
+                    return Err(Error::config(
+                        "the replica acknowledgement timeout must be below the response timeout",
+                    ));
+                }
+                Some(ReplicaAcks {
+                    replicas,
+                    timeout,
+                    chosen: true,
+                })
             }
-            if timeout >= self.response_timeout {
-                return Err(Error::config(
-                    "the replica acknowledgement timeout must be below the response timeout",
-                ));
-            }
-        }
+            AckSetting::Default => Some(ReplicaAcks {
+                replicas: 1,
+                timeout: DEFAULT_ACK_TIMEOUT
+                    .min(self.response_timeout / 2)
+                    .min(renewal_interval / 2)
+                    .max(Duration::from_millis(1)),
+                chosen: false,
+            }),
+            AckSetting::Off => None,
+        };
         #[cfg(feature = "tls")]
         self.tls.validate()?;
         Ok(Config {
@@ -848,7 +925,7 @@ impl Builder {
             backoff_base: self.backoff_base,
             backoff_cap: self.backoff_cap,
             outage_patience: self.outage_patience,
-            replica_acks: self.replica_acks,
+            replica_acks,
             client_name: self
                 .client_name
                 .clone()
@@ -970,8 +1047,14 @@ impl Builder {
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when a setting is out of range, the
     /// URL cannot be parsed, or TLS settings are given for a URL that is not `rediss://`.
     pub fn open<T: IntoAddress>(self, url: T) -> Result<Client> {
-        let config = self.validate()?;
-        let deployment = match url.into_address()?.kind {
+        let mut config = self.validate()?;
+        let kind = url.into_address()?.kind;
+        if matches!(kind, AddressKind::Server(_)) && !config.replica_acks.is_some_and(|a| a.chosen)
+        {
+            // Nobody promotes one server's replicas: the default asks none.
+            config.replica_acks = None;
+        }
+        let deployment = match kind {
             AddressKind::Server(info) => self.standalone(&config, info)?,
             AddressKind::Sentinel(address) => self.sentinel_deployment(&config, address)?,
             AddressKind::Cluster(address) => self.cluster_deployment(&config, address)?,

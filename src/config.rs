@@ -22,12 +22,43 @@ pub(crate) struct Config {
     pub(crate) backoff_cap: Duration,
     /// How long a blocking acquire keeps trying through an outage (zero: not at all).
     pub(crate) outage_patience: Duration,
-    /// Replicas that must acknowledge an acquire, and how long to wait for them.
-    pub(crate) replica_acks: Option<(u32, Duration)>,
+    /// Replicas that every write of a lease must reach before the client counts that lease.
+    pub(crate) replica_acks: Option<ReplicaAcks>,
     /// The name this client announces (see `identity`).
     pub(crate) client_name: String,
     /// Who hears of the client's events.
     pub(crate) events: Events,
+}
+
+/// Replicas that every write of a lease (an acquire, a renewal, an extension) must reach
+/// before the client counts the lease it sets (Redis `WAIT`, in the write's round trip).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ReplicaAcks {
+    /// How many replicas at most.
+    pub(crate) replicas: u32,
+    /// How long a write waits for them.
+    pub(crate) timeout: Duration,
+    /// Chosen by the user ([`Builder::replica_acks`](crate::Builder::replica_acks)): every
+    /// replica asked for that the deployment does not count down, and those attached to the
+    /// master now. Otherwise the default of a Sentinel or Cluster client: one replica where
+    /// the deployment names one it can promote, none where it names none (and none on one
+    /// server, whose replicas nobody promotes).
+    pub(crate) chosen: bool,
+}
+
+impl ReplicaAcks {
+    /// The part of a lease the client counts when replicas acknowledge its writes: the
+    /// lease less the drift allowed between the clock of the master that granted it and that
+    /// of a replica promoted in its place (which expires its copy by its own clock).
+    pub(crate) fn counted(lease: Duration) -> Duration {
+        lease.saturating_sub(clock_drift(lease))
+    }
+}
+
+/// The clock drift allowed over `lease` between two servers, or a server and this machine:
+/// 1 % of it and 2 ms (the Redlock paper's allowance).
+pub(crate) fn clock_drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
 }
 
 /// Checks a lease: at least 1 ms, at most [`MAX_LEASE`].

@@ -1,5 +1,6 @@
 //! Replica acknowledgement: with `replica_acks`, an acquire stands only once a real replica
-//! (`redis-server --replicaof`) acknowledged it, and is rolled back when none does in time.
+//! (`redis-server --replicaof`) acknowledged it, and is rolled back when none does in time;
+//! a renewal or an extension that no replica acknowledged extends nothing.
 
 mod support;
 
@@ -77,4 +78,88 @@ fn asking_more_replicas_than_exist_fails_every_acquire() {
     let err = client.mutex("alone").try_lock().unwrap_err();
     assert!(err.is_not_replicated(), "{err}");
     assert!(!client.mutex("alone").is_locked().unwrap());
+}
+
+#[test]
+fn renewals_no_replica_acknowledged_extend_nothing() {
+    let master = RedisServer::start();
+    let replica = replica_of(&master);
+    let client = Client::builder()
+        .replica_acks(1, Duration::from_millis(200))
+        .default_lease(Duration::from_secs(3))
+        .renewal_interval(Duration::from_millis(300))
+        .open(master.url())
+        .unwrap();
+    let g = client.mutex("renewed").lock().unwrap();
+    let watch = g.lease_watch();
+    // Acknowledged renewals keep the lease for longer than a lease.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        !watch.is_lost(),
+        "acknowledged renewals did not keep the lease"
+    );
+
+    // The replica stops acknowledging: the master still takes every renewal, but none
+    // counts, and the holder is told when the lease it counted runs out.
+    replica.pause();
+    let renewals = client.stats().renewals;
+    assert!(
+        watch.wait_timeout(Duration::from_secs(30)),
+        "the lease was never counted lost"
+    );
+    assert!(client.stats().renewals > renewals, "no renewal was sent");
+    assert!(g.is_lost());
+    // Redis still has the lock (the unacknowledged renewals kept it there).
+    let plain = Client::open(master.url()).unwrap();
+    assert!(plain.mutex("renewed").is_locked().unwrap());
+    replica.resume();
+    drop(g);
+}
+
+#[test]
+fn an_extension_no_replica_acknowledged_fails_and_changes_nothing() {
+    let master = RedisServer::start();
+    let replica = replica_of(&master);
+    let client = Client::builder()
+        .replica_acks(1, Duration::from_millis(200))
+        .open(master.url())
+        .unwrap();
+    let g = client
+        .mutex("extended")
+        .with_lease(Duration::from_secs(20))
+        .lock()
+        .unwrap();
+    g.extend(Duration::from_secs(10)).unwrap();
+    let watch = g.lease_watch();
+    replica.pause();
+    let err = g.set_lease(Duration::from_secs(600)).unwrap_err();
+    assert!(err.is_not_replicated(), "{err}");
+    // The lease counted is still the acknowledged one (about 30 s), not 600 s: it is lost
+    // within a minute, as nobody renews a fixed lease.
+    assert!(!watch.is_lost());
+    assert!(
+        watch.wait_timeout(Duration::from_secs(60)),
+        "the unacknowledged extension was counted"
+    );
+    replica.resume();
+}
+
+/// How many `WAIT` commands a server ran.
+fn waits(server: &RedisServer) -> u64 {
+    server.command_calls("wait")
+}
+
+#[test]
+fn one_server_asks_no_replica_by_default() {
+    let master = RedisServer::start();
+    let _replica = replica_of(&master);
+    let client = Client::open(master.url()).unwrap();
+    for _ in 0..5 {
+        client.mutex("plain").lock().unwrap().unlock().unwrap();
+    }
+    assert_eq!(
+        waits(&master),
+        0,
+        "a client of one server waited for replicas"
+    );
 }

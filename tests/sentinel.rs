@@ -485,3 +485,41 @@ fn acknowledged_locks_are_still_granted_with_a_replica_dead() {
     assert!(on_returned, "the returned replica did not acknowledge");
     drop(g);
 }
+
+#[test]
+fn a_sentinel_client_waits_for_one_replica_by_default_and_can_be_told_not_to() {
+    let deployment = SentinelDeployment::start();
+    let master = deployment.master();
+    let client = Client::open(deployment.url()).unwrap();
+    let before = master.command_calls("wait");
+    for _ in 0..5 {
+        client.mutex("acked").lock().unwrap().unlock().unwrap();
+    }
+    let waited = master.command_calls("wait") - before;
+    assert!(waited >= 5, "{waited} WAIT commands for 5 acquires");
+    // An acknowledged acquire is on a replica when it returns.
+    let g = client.mutex("on-replica").lock().unwrap();
+    let on_replicas = deployment
+        .nodes
+        .iter()
+        .filter(|node| node.port() != master.port())
+        .filter(|node| {
+            redis::cmd("EXISTS")
+                .arg("redmutex:{on-replica}")
+                .query::<bool>(&mut node.conn())
+                .unwrap_or(false)
+        })
+        .count();
+    assert!(on_replicas >= 1, "no replica had the lock");
+    drop(g);
+
+    let unacked = Client::builder()
+        .no_replica_acks()
+        .open(deployment.url())
+        .unwrap();
+    let before = master.command_calls("wait");
+    for _ in 0..5 {
+        unacked.mutex("unacked").lock().unwrap().unlock().unwrap();
+    }
+    assert_eq!(master.command_calls("wait"), before);
+}

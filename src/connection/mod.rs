@@ -174,6 +174,45 @@ impl ScriptCall {
         result
     }
 
+    /// Runs the call and, in the same round trip, `WAIT replicas timeout`: its reply, and
+    /// how many replicas acknowledged the writes made on this connection so far (the call's
+    /// among them). A call that failed to run waited for nothing worth counting.
+    pub(crate) fn invoke_and_wait<T: redis::FromRedisValue>(
+        &self,
+        c: &mut Conn,
+        replicas: u32,
+        timeout: Duration,
+    ) -> redis::RedisResult<(T, i64)> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        pipe.invoke_script(&self.invocation);
+        pipe.cmd("WAIT")
+            .arg(replicas)
+            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+        let mut replies: Vec<redis::Value> = pipe.query(c)?;
+        if replies.first().is_some_and(is_noscript) {
+            // Redis lost its scripts: load this one, and send both once more.
+            self.script.load(c)?;
+            replies = pipe.query(c)?;
+        }
+        let mut replies = replies.into_iter();
+        let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a script call and WAIT got fewer than two replies",
+            )));
+        };
+        if let redis::Value::ServerError(e) = reply {
+            return Err(e.into());
+        }
+        c.saw_script(self.script.get_hash());
+        let acks = match acks {
+            redis::Value::ServerError(e) => return Err(e.into()),
+            acks => redis::from_redis_value(acks)?,
+        };
+        Ok((redis::from_redis_value(reply)?, acks))
+    }
+
     /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply.
     pub(crate) fn packed(&self) -> Vec<u8> {
         let mut pipe = redis::pipe();
@@ -184,6 +223,18 @@ impl ScriptCall {
 
 /// One call of a batch: the route of its lock, and the script call.
 pub(crate) type Routed<'a> = (&'a str, &'a ScriptCall);
+
+/// How many replicas a batch's writes on a server must reach, and how long its `WAIT` waits
+/// for them, asked of a connection to that server (`None`: none).
+pub(crate) type AckRule<'a> = &'a dyn Fn(&mut Conn) -> redis::RedisResult<Option<(u32, Duration)>>;
+
+/// A reply in a batch, with how many replicas acknowledged the batch of how many were asked
+/// (`None` when none were).
+pub(crate) type Acked = (redis::Value, Option<(i64, u32)>);
+
+/// One server's replies to a batch, with how many replicas acknowledged it of how many were
+/// asked.
+type BatchReplies = (Vec<redis::Value>, Option<(i64, u32)>);
 
 impl Connections {
     pub(crate) fn new(deployment: impl Deployment + 'static) -> Self {
@@ -295,18 +346,46 @@ impl Connections {
         calls: &[Routed<'_>],
         doing: Doing<'_>,
     ) -> (Vec<Result<redis::Value>>, u64) {
-        let (mut outcomes, mut trips) = self.call_batch_once(calls, doing);
+        let (outcomes, trips) = self.call_batch_with(calls, doing, None);
+        (
+            outcomes.into_iter().map(|o| o.map(|(v, _)| v)).collect(),
+            trips,
+        )
+    }
+
+    /// Like [`call_batch`](Self::call_batch), with `WAIT` at the end of each server's
+    /// pipeline for as many replicas as `acks` says for that server's connection: each
+    /// reply comes with how many replicas acknowledged its batch, of how many were asked
+    /// (`None` when none were).
+    pub(crate) fn call_batch_acked(
+        &self,
+        calls: &[Routed<'_>],
+        doing: Doing<'_>,
+        acks: AckRule<'_>,
+    ) -> (Vec<Result<Acked>>, u64) {
+        self.call_batch_with(calls, doing, Some(acks))
+    }
+
+    fn call_batch_with(
+        &self,
+        calls: &[Routed<'_>],
+        doing: Doing<'_>,
+        acks: Option<AckRule<'_>>,
+    ) -> (Vec<Result<Acked>>, u64) {
+        let (mut outcomes, mut trips) = self.call_batch_once(calls, doing, acks);
         // Calls that a server redirected (`MOVED`: the deployment has read its map again, in
         // `call_failed`) did not run: send them once more, routed afresh.
         let moved: Vec<usize> = outcomes
             .iter()
             .enumerate()
-            .filter(|(_, o)| matches!(o, Ok(redis::Value::ServerError(e)) if e.code() == "MOVED"))
+            .filter(
+                |(_, o)| matches!(o, Ok((redis::Value::ServerError(e), _)) if e.code() == "MOVED"),
+            )
             .map(|(i, _)| i)
             .collect();
         if !moved.is_empty() {
             let again: Vec<Routed<'_>> = moved.iter().map(|&i| calls[i]).collect();
-            let (replies, more) = self.call_batch_once(&again, doing);
+            let (replies, more) = self.call_batch_once(&again, doing, acks);
             trips += more;
             for (i, reply) in moved.into_iter().zip(replies) {
                 outcomes[i] = reply;
@@ -319,9 +398,10 @@ impl Connections {
         &self,
         calls: &[Routed<'_>],
         doing: Doing<'_>,
-    ) -> (Vec<Result<redis::Value>>, u64) {
+        acks: Option<AckRule<'_>>,
+    ) -> (Vec<Result<Acked>>, u64) {
         let mut trips = 0;
-        let mut outcomes: Vec<Option<Result<redis::Value>>> = calls.iter().map(|_| None).collect();
+        let mut outcomes: Vec<Option<Result<Acked>>> = calls.iter().map(|_| None).collect();
         let mut by_shard: Vec<(usize, Vec<usize>)> = Vec::new();
         for (i, (route, _)) in calls.iter().enumerate() {
             let shard = self.deployment.shard_of(route);
@@ -332,10 +412,10 @@ impl Connections {
         }
         for (shard, members) in by_shard {
             let batch: Vec<&ScriptCall> = members.iter().map(|&i| calls[i].1).collect();
-            match self.send_batch(shard, &batch, doing, &mut trips) {
-                Ok(replies) => {
+            match self.send_batch(shard, &batch, doing, acks, &mut trips) {
+                Ok((replies, acked)) => {
                     for (i, reply) in members.into_iter().zip(replies) {
-                        outcomes[i] = Some(Ok(reply));
+                        outcomes[i] = Some(Ok((reply, acked)));
                     }
                 }
                 Err(e) => {
@@ -352,38 +432,60 @@ impl Connections {
         (outcomes, trips)
     }
 
-    /// One server's batch: once more after a dropped connection.
+    /// One server's batch (and its `WAIT`, when `acks` asks for replicas there): once more
+    /// after a dropped connection.
     fn send_batch(
         &self,
         shard: usize,
         calls: &[&ScriptCall],
         doing: Doing<'_>,
+        acks: Option<AckRule<'_>>,
         trips: &mut u64,
-    ) -> Result<Vec<redis::Value>> {
-        let mut once = || -> Result<Vec<redis::Value>> {
+    ) -> Result<BatchReplies> {
+        let mut once = || -> Result<BatchReplies> {
             let mut conn = self.deployment.checkout(shard, doing, None)?;
+            let ask = match acks {
+                Some(rule) => conn.call(doing, |c| rule(c))?,
+                None => None,
+            };
             *trips += 1;
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for call in calls {
                 pipe.invoke_script(&call.invocation);
             }
-            let replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
-            if !replies.iter().any(is_noscript) {
-                return Ok(replies);
+            if let Some((replicas, timeout)) = ask {
+                pipe.cmd("WAIT")
+                    .arg(replicas)
+                    .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
             }
-            // Redis lost its scripts: load each missing one, and send the batch once more.
-            let mut loaded: Vec<&str> = Vec::new();
-            for (call, reply) in calls.iter().zip(&replies) {
-                let hash = call.script.get_hash();
-                if is_noscript(reply) && !loaded.contains(&hash) {
-                    *trips += 1;
-                    conn.call(doing, |c| call.script.load(c))?;
-                    loaded.push(hash);
+            let mut replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
+            if replies.iter().any(is_noscript) {
+                // Redis lost its scripts: load each missing one, and send the batch once more.
+                let mut loaded: Vec<&str> = Vec::new();
+                for (call, reply) in calls.iter().zip(&replies) {
+                    let hash = call.script.get_hash();
+                    if is_noscript(reply) && !loaded.contains(&hash) {
+                        *trips += 1;
+                        conn.call(doing, |c| call.script.load(c))?;
+                        loaded.push(hash);
+                    }
                 }
+                *trips += 1;
+                replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
             }
-            *trips += 1;
-            conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))
+            let acked = match ask {
+                Some((replicas, _)) => {
+                    let got = match replies.pop() {
+                        Some(redis::Value::Int(got)) => got,
+                        // `WAIT` refused (a replica cannot be waited on): none acknowledged.
+                        _ => 0,
+                    };
+                    Some((got, replicas))
+                }
+                None => None,
+            };
+            Ok((replies, acked))
         };
         let result = match once() {
             Err(e) if e.is_connection() && !e.is_checkout() => {
@@ -396,7 +498,7 @@ impl Connections {
             Err(e) => self.deployment.call_failed(shard, e),
             // Error replies inside a batch tell the deployment as much as a failed call does
             // (`READONLY`: the master was demoted; `MOVED`: the slot map changed).
-            Ok(replies) => {
+            Ok((replies, _)) => {
                 if let Some(redis::Value::ServerError(e)) = replies.iter().find(|r| {
                     matches!(r, redis::Value::ServerError(e) if matches!(e.code(), "READONLY" | "MOVED"))
                 }) {

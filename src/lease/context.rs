@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::connection::{Connections, ScriptCall};
@@ -12,6 +12,7 @@ use crate::identity::Identity;
 use crate::lease::cleanup::Cleanup;
 use crate::lease::plain_take::SeededCounters;
 use crate::lease::renewal::Renewal;
+use crate::lease::replication::{self, LeaseWrite};
 use crate::stats::{Background, Counters, Stats};
 use crate::token::TokenSource;
 use crate::waiting::{Gates, Subscriber, Waiting};
@@ -57,6 +58,7 @@ impl LockContext {
                 Arc::clone(&connections),
                 config.renewal_interval,
                 config.default_lease,
+                config.replica_acks,
                 Arc::clone(&counters),
                 identity,
             ),
@@ -150,48 +152,30 @@ impl LockContext {
         self.connections.call(route, doing, f)
     }
 
-    /// Waits for the replicas to acknowledge an acquire, when the client asks for it, and
-    /// returns how many did of how many had to: the replicas asked for, or fewer when the
-    /// deployment says fewer can be promoted (the sentinels count one down; a Cluster's map
-    /// names fewer for the master) — then also every replica attached to the master now
-    /// (`ROLE`, one more command only in that case), so that a replica back from the dead
-    /// is asked before the deployment counts it again. `None` when the client does not ask.
-    pub(crate) fn replica_acks(
+    /// How many replicas a write of a lease on `c`'s server must reach, and how long it
+    /// waits for them: see [`replication::replicas_to_ask`].
+    pub(crate) fn replicas_to_ask(
         &self,
+        write: LeaseWrite,
         c: &mut crate::connection::Conn,
-    ) -> redis::RedisResult<Option<(i64, u32)>> {
-        let Some((wanted, timeout)) = self.config.replica_acks else {
-            return Ok(None);
-        };
-        let asked = match c.features().promotable_replicas() {
-            Some(promotable) if promotable < wanted => {
-                let role: Vec<redis::Value> = redis::cmd("ROLE").query(c)?;
-                let attached = match role.get(2) {
-                    Some(redis::Value::Array(replicas)) => {
-                        u32::try_from(replicas.len()).unwrap_or(u32::MAX)
-                    }
-                    _ => wanted,
-                };
-                wanted.min(promotable.max(attached))
-            }
-            _ => wanted,
-        };
-        if asked == 0 {
-            return Ok(Some((0, 0)));
-        }
-        let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-        let got: i64 = redis::cmd("WAIT").arg(asked).arg(timeout_ms).query(c)?;
-        Ok(Some((got, asked)))
+    ) -> redis::RedisResult<Option<(u32, Duration)>> {
+        replication::replicas_to_ask(self.config.replica_acks, write, c)
+    }
+
+    /// The part of a lease the client counts from the send of a write that set it.
+    pub(crate) fn counted(&self, lease: Duration) -> Duration {
+        replication::counted(self.config.replica_acks, lease)
     }
 
     /// Whether too few replicas acknowledged (`acks`: how many did, of how many had to).
-    pub(crate) fn too_few_acks(&self, (got, asked): (i64, u32)) -> bool {
-        got < i64::from(asked)
+    pub(crate) fn too_few_acks(&self, acks: (i64, u32)) -> bool {
+        replication::too_few(acks)
     }
 
-    /// The error of an acquire that too few replicas acknowledged (and that was rolled back).
-    pub(crate) fn not_replicated(&self, (got, asked): (i64, u32)) -> Error {
-        let wanted = self.config.replica_acks.map_or(0, |(n, _)| n);
+    /// The error of a write that too few replicas acknowledged: `what` says which, and what
+    /// became of it ("the acquire …; it was rolled back").
+    pub(crate) fn not_replicated(&self, (got, asked): (i64, u32), what: &str) -> Error {
+        let wanted = self.config.replica_acks.map_or(0, |a| a.replicas);
         let of = match asked < wanted {
             true => format!(
                 "{asked} replicas (of the {wanted} asked for, those the deployment can promote \
@@ -201,7 +185,7 @@ impl LockContext {
         };
         Error::new(
             ErrorKind::NotReplicated,
-            format!("{got} of {of} acknowledged the acquire in time; it was rolled back"),
+            format!("{got} of {of} acknowledged {what} in time"),
         )
     }
 

@@ -16,6 +16,7 @@ use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
 use crate::lease::poison::PoisonInfo;
 use crate::lease::reentrancy;
+use crate::lease::replication::LeaseWrite;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
 use crate::stats::Counters;
@@ -99,25 +100,39 @@ impl LeaseGuard {
             return Err(self.lost(reason));
         }
         let keys = &self.hold.keys;
+        let ctx = &self.ctx;
         let sent_at = Instant::now();
-        let remaining: i64 = self.ctx.call(
+        let (remaining, acks): (i64, Option<(i64, u32)>) = ctx.call(
             &self.hold.lock_key,
             self.doing("extending the lease of"),
             |c| {
-                scripts::CHANGE_LEASE
+                let call = ScriptCall::new(&scripts::CHANGE_LEASE)
                     .key(&keys.lock)
                     .arg(&*self.hold.token)
                     .arg(millis(by))
-                    .arg(how)
-                    .invoke(c)
+                    .arg(how);
+                match ctx.replicas_to_ask(LeaseWrite::Renewal, c)? {
+                    Some((replicas, timeout)) => {
+                        let (remaining, got) = call.invoke_and_wait(c, replicas, timeout)?;
+                        Ok((remaining, Some((got, replicas))))
+                    }
+                    None => Ok((call.invoke(c)?, None)),
+                }
             },
         )?;
+        if let Some(acks) = acks.filter(|acks| remaining >= 0 && ctx.too_few_acks(*acks)) {
+            // The lease the holder counts stays as it was: a failover may lose the change.
+            ctx.connections.replicas_short(&self.hold.lock_key);
+            return Err(
+                ctx.not_replicated(acks, "the lease change; the lease counted stays as it was")
+            );
+        }
         match u64::try_from(remaining) {
             Ok(ms) => {
                 // Counted from the sending: the local view never outlives Redis's.
                 self.hold
                     .lease
-                    .expires_at_set(sent_at + Duration::from_millis(ms));
+                    .expires_at_set(sent_at + ctx.counted(Duration::from_millis(ms)));
                 Ok(())
             }
             Err(_) => Err(self.lost(LostReason::Taken)),

@@ -21,6 +21,7 @@ use crate::lease::plain_take;
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
+use crate::lease::replication::LeaseWrite;
 use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
@@ -515,6 +516,13 @@ impl RawLock {
             let sent_at = Instant::now();
             let reply = ctx.call_once(&keys.lock, doing, |c| {
                 Counters::add(&ctx.counters.attempts, 1);
+                // Replicas must hold the lease: the script and `WAIT`, in one round trip.
+                if let Some((replicas, timeout)) = ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
+                    let (reply, got): (AcquireReply, i64) =
+                        call.invoke_and_wait(c, replicas, timeout)?;
+                    let acks = (reply.taken == 1).then_some((got, replicas));
+                    return Ok((reply, acks));
+                }
                 let reply: AcquireReply = match plainly {
                     true => plain_take::acquire(
                         c,
@@ -528,17 +536,13 @@ impl RawLock {
                     )?,
                     false => call.invoke(c)?,
                 };
-                let acks = match reply.taken {
-                    1 => ctx.replica_acks(c)?,
-                    _ => None,
-                };
-                Ok((reply, acks))
+                Ok((reply, None))
             });
             return match reply {
                 Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
                     self.roll_back(keys, token, sent_at + lease);
                     ctx.connections.replicas_short(&keys.lock);
-                    Err(ctx.not_replicated(acks))
+                    Err(ctx.not_replicated(acks, "the acquire; it was rolled back"))
                 }
                 Ok((
                     AcquireReply {
@@ -551,7 +555,8 @@ impl RawLock {
                 )) => {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
                     ctx.seeded.saw(&keys.fence, fencing_token);
-                    let guard = self.acquired(keys, token, fencing_token, sent_at + lease)?;
+                    let counted = sent_at + ctx.counted(lease);
+                    let guard = self.acquired(keys, token, fencing_token, counted)?;
                     Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
                 Ok((
@@ -704,7 +709,12 @@ impl RawLock {
     ) -> Result<LeaseGuard> {
         let keys = self.keys()?;
         let lease = self.lease()?;
-        self.acquired(keys, token, fencing_token, sent_at + lease)
+        self.acquired(
+            keys,
+            token,
+            fencing_token,
+            sent_at + self.ctx.counted(lease),
+        )
     }
 
     /// Has the renewal thread give back this lock, taken with `token` by a script that took

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
+use crate::config::ReplicaAcks;
 use crate::connection::{Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Renewed;
@@ -20,6 +21,7 @@ use crate::identity::Identity;
 use crate::keys::LockKeys;
 use crate::lease::cleanup::{Cleanup, Cleanups, Outcome};
 use crate::lease::protocol::Protocol;
+use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::state::{LeaseState, LostReason};
 use crate::stats::Counters;
 
@@ -136,6 +138,8 @@ struct Shared {
     connections: Arc<Connections>,
     interval: Duration,
     lease: Duration,
+    /// Replicas each renewal must reach before it counts.
+    acks: Option<ReplicaAcks>,
     renewals: AtomicU64,
     batches: AtomicU64,
     busy_nanos: AtomicU64,
@@ -166,6 +170,7 @@ impl Renewal {
         connections: Arc<Connections>,
         interval: Duration,
         lease: Duration,
+        acks: Option<ReplicaAcks>,
         counters: Arc<Counters>,
         identity: Identity,
     ) -> Self {
@@ -177,6 +182,7 @@ impl Renewal {
                 connections,
                 interval,
                 lease,
+                acks,
                 renewals: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
                 busy_nanos: AtomicU64::new(0),
@@ -585,13 +591,20 @@ impl RenewalThread {
             .iter()
             .map(|(keys, call)| (keys.lock.as_str(), call))
             .collect();
-        let (replies, trips) = s
-            .connections
-            .call_batch(&calls, Doing::work("renewing leases"));
+        // With replica acknowledgements, each server's renewals end with `WAIT`: a renewal
+        // that too few replicas acknowledged extends nothing (a failover may lose it).
+        let acks_rule = |c: &mut crate::connection::Conn| {
+            replication::replicas_to_ask(s.acks, LeaseWrite::Renewal, c)
+        };
+        let (replies, trips) =
+            s.connections
+                .call_batch_acked(&calls, Doing::work("renewing leases"), &acks_rule);
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let counted = replication::counted(s.acks, s.lease);
         let mut failures = 0;
         let mut retry: Vec<u64> = Vec::new();
+        let mut short: Option<&str> = None;
         for ((id, r), reply) in batch.iter().zip(replies) {
             let Registration::Lease {
                 keys,
@@ -605,15 +618,29 @@ impl RenewalThread {
             };
             // An error reply (`READONLY` from a demoted master, say) is a failed renewal, not
             // a lost lock: the lease runs out on this machine's clock if renewal keeps failing.
+            // So is a renewal that too few replicas acknowledged.
             let reply = match reply {
-                Ok(redis::Value::ServerError(e)) => Err(crate::error::Error::new(
+                Ok((redis::Value::ServerError(e), _)) => Err(crate::error::Error::new(
                     ErrorKind::Server,
                     format!("renewing leases: {}", redis::RedisError::from(e)),
                 )),
-                other => other,
+                Ok((redis::Value::Int(1), Some((got, asked))))
+                    if replication::too_few((got, asked)) =>
+                {
+                    short = Some(keys.lock.as_str());
+                    Err(crate::error::Error::new(
+                        ErrorKind::NotReplicated,
+                        format!(
+                            "renewing leases: {got} of {asked} replicas acknowledged the renewal \
+                             in time"
+                        ),
+                    ))
+                }
+                Ok((value, _)) => Ok(value),
+                Err(e) => Err(e),
             };
             match reply {
-                Ok(redis::Value::Int(1)) => state.renewed(sent_at, s.lease),
+                Ok(redis::Value::Int(1)) => state.renewed(sent_at, counted),
                 Ok(_) => {
                     if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
                         s.counters.lease_lost(name, protocol.kind());
@@ -640,6 +667,10 @@ impl RenewalThread {
                     }
                 }
             }
+        }
+        if let Some(route) = short {
+            // The deployment may count replicas that are gone: have it look again.
+            s.connections.replicas_short(route);
         }
         if failures > 0 {
             log::debug!("redmutex: renewal of {failures} leases failed");

@@ -10,7 +10,7 @@ use redis::Script;
 use crate::config::millis;
 use crate::connection::{slot_of, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::lease::LockContext;
+use crate::lease::{LeaseWrite, LockContext};
 use crate::primitives::mutex::taking_locks;
 use crate::primitives::{Mutex, MutexGuard};
 use crate::stats::Counters;
@@ -185,11 +185,9 @@ impl MultiLock {
     }
 
     /// Whether a run of locks may be taken in one script: not when the thread holds one of
-    /// them already (re-entry is taken without a round trip), nor when every acquire must be
-    /// acknowledged by replicas (the one-at-a-time path waits for that).
+    /// them already (re-entry is taken without a round trip).
     fn may_take_together(&self, run: &[(u16, Mutex)]) -> bool {
-        let ctx = &run[0].1.raw().ctx;
-        ctx.config.replica_acks.is_none() && run.iter().all(|(_, lock)| lock.hold_count() == 0)
+        run.iter().all(|(_, lock)| lock.hold_count() == 0)
     }
 
     /// One round trip that takes the locks of `run` in order, up to the first held one; their
@@ -222,9 +220,15 @@ impl MultiLock {
         let sent_at = Instant::now();
         let reply = ctx.call_once(route, Doing::lock("acquiring", first.name()), |c| {
             Counters::add(&ctx.counters.attempts, 1);
-            call.invoke::<Vec<i64>>(c)
+            // Replicas must hold the leases: the script and `WAIT`, in one round trip.
+            match ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
+                Some((replicas, timeout)) => call
+                    .invoke_and_wait::<Vec<i64>>(c, replicas, timeout)
+                    .map(|(reply, got)| (reply, Some((got, replicas)))),
+                None => call.invoke::<Vec<i64>>(c).map(|reply| (reply, None)),
+            }
         });
-        let reply = match reply {
+        let (reply, acks) = match reply {
             Ok(reply) => reply,
             Err(e) => {
                 if e.outcome_unknown() {
@@ -246,6 +250,13 @@ impl MultiLock {
                     format!("acquiring {:?}: unexpected reply {reply:?}", first.name()),
                 )
             })?;
+        if let Some(acks) = acks.filter(|acks| taken > 0 && ctx.too_few_acks(*acks)) {
+            for ((_, lock), token) in run.iter().zip(&tokens).take(taken) {
+                lock.raw().give_back_later(token, sent_at);
+            }
+            ctx.connections.replicas_short(route);
+            return Err(ctx.not_replicated(acks, "the acquire; it was rolled back"));
+        }
         for (i, ((_, lock), token)) in run.iter().zip(&tokens).enumerate().take(taken) {
             let fence = u64::try_from(reply[i + 2]).unwrap_or(0);
             match lock.raw().adopt(token, fence, sent_at) {

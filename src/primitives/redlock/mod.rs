@@ -244,7 +244,7 @@ impl Inner {
 
     /// The clock drift allowed for a lease: 1% of it plus 2 ms.
     fn drift(lease: Duration) -> Duration {
-        lease / 100 + Duration::from_millis(2)
+        crate::config::clock_drift(lease)
     }
 }
 
