@@ -5,6 +5,10 @@
 //!    the same rounds.
 //! 2. The renewal of 10,000 held locks whose names spread over the three masters: round trips
 //!    per renewal period, against the bound of one per batch of 1,000 plus one per master.
+//! 3. The same cluster with one replica per master, where every lease write waits for a
+//!    replica's acknowledgement (`WAIT`, the default there): uncontended lock + unlock with
+//!    and without acknowledgements beside the raw loop, and the renewal of 10,000 held locks
+//!    with acknowledgements.
 //!
 //! `cargo bench --bench deployments` measures and writes
 //! `target/bench-results/deployments.json`. Run by `cargo test --benches`, it does a short
@@ -78,6 +82,103 @@ fn main() {
     } else {
         (300, Duration::from_millis(300), 2)
     };
+    let renewal = renew_held(&cluster, held, interval, periods);
+    println!(
+        "  {held} held locks over the masters {:?} (locks per master)",
+        renewal.per_master
+    );
+    renewal.print();
+    drop(cluster);
+
+    // 3. With a replica per master: acknowledged lease writes.
+    let cluster = ClusterDeployment::start();
+    let acked = Client::builder()
+        .pool_size(1)
+        .open(cluster.url())
+        .expect("client");
+    let unacked = Client::builder()
+        .pool_size(1)
+        .no_replica_acks()
+        .open(cluster.url())
+        .expect("client");
+    let master = cluster.master_of("redmutex:{bench-lock}");
+    let mut variants = [
+        raw_cycle(master.conn(), "{bench-lock}:raw"),
+        mutex_cycle(&acked),
+        mutex_cycle(&unacked),
+    ];
+    let (mut acked_ratios, mut unacked_ratios, mut acked_rates) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let rates = interleaved_rates(round_time, &mut variants);
+        acked_rates.push(rates[1]);
+        acked_ratios.push(rates[1] / rates[0]);
+        unacked_ratios.push(rates[2] / rates[0]);
+    }
+    drop(variants);
+    acked.shutdown();
+    unacked.shutdown();
+    let (acked_rate, acked_ratio, unacked_ratio) = (
+        spread(acked_rates),
+        spread(acked_ratios),
+        spread(unacked_ratios),
+    );
+    println!("cluster of 3 masters and 3 replicas, uncontended, one thread");
+    common::print_rate("Mutex, replica acks (default)", acked_rate);
+    common::print_ratio("  ratio to raw (same round)", acked_ratio);
+    common::print_ratio("Mutex, no_replica_acks: ratio", unacked_ratio);
+    let acked_renewal = renew_held(&cluster, held, interval, periods);
+    println!("  {held} held locks, every renewal batch acknowledged by a replica");
+    acked_renewal.print();
+
+    let mut json = Json::default();
+    json.text("benchmark", "deployments")
+        .num("rounds", rounds as f64)
+        .spread("cluster_raw_ops_per_sec", raw)
+        .spread("cluster_mutex_ops_per_sec", ours)
+        .spread("cluster_ratio_to_raw", ratio)
+        .spread("cluster_crate_scripts_ratio_to_raw", scripts)
+        .num("held_locks", held as f64)
+        .num("renewal_round_trips_per_period", renewal.trips)
+        .num("renewal_round_trip_bound", renewal.bound as f64)
+        .num("renewal_ms_per_period", renewal.time_ms)
+        .spread("cluster_acked_mutex_ops_per_sec", acked_rate)
+        .spread("cluster_acked_ratio_to_raw", acked_ratio)
+        .spread("cluster_unacked_ratio_to_raw", unacked_ratio)
+        .num("acked_renewal_round_trips_per_period", acked_renewal.trips)
+        .num("acked_renewal_round_trip_bound", acked_renewal.bound as f64)
+        .num("acked_renewal_ms_per_period", acked_renewal.time_ms);
+    for (i, n) in renewal.per_master.iter().enumerate() {
+        json.num(&format!("locks_on_master_{i}"), *n as f64);
+    }
+    common::write_results("deployments", &json);
+}
+
+/// What renewing many held locks cost per renewal period.
+struct Renewal {
+    trips: f64,
+    bound: usize,
+    time_ms: f64,
+    per_master: Vec<u64>,
+}
+
+impl Renewal {
+    fn print(&self) {
+        println!(
+            "  renewal round trips / period  {:>10.2}     (bound {}); {:.1} ms per period",
+            self.trips, self.bound, self.time_ms
+        );
+    }
+}
+
+/// Takes `held` locks spread over the cluster's masters with a client of its defaults, and
+/// measures their renewal over `periods` periods of `interval`.
+fn renew_held(
+    cluster: &ClusterDeployment,
+    held: usize,
+    interval: Duration,
+    periods: usize,
+) -> Renewal {
     let client = Client::builder()
         .default_lease(Duration::from_secs(30))
         .renewal_interval(interval)
@@ -107,30 +208,15 @@ fn main() {
     let renewed_periods = (after.renewals - before.renewals) as f64 / held as f64;
     let trips = (after.renewal_round_trips - before.renewal_round_trips) as f64 / renewed_periods;
     let time_ms = (after.renewal_time - before.renewal_time).as_secs_f64() * 1e3 / renewed_periods;
-    let bound = held.div_ceil(RENEWAL_BATCH) + 3;
-    assert!(guards.iter().all(|g| !g.is_lost()));
+    assert!(guards.iter().all(|g| !g.is_lost()), "a lease was lost");
     drop(guards);
     client.shutdown();
-    println!("  {held} held locks over the masters {per_master:?} (locks per master)");
-    println!(
-        "  renewal round trips / period  {trips:>10.2}     (bound {bound}); {time_ms:.1} ms per period"
-    );
-
-    let mut json = Json::default();
-    json.text("benchmark", "deployments")
-        .num("rounds", rounds as f64)
-        .spread("cluster_raw_ops_per_sec", raw)
-        .spread("cluster_mutex_ops_per_sec", ours)
-        .spread("cluster_ratio_to_raw", ratio)
-        .spread("cluster_crate_scripts_ratio_to_raw", scripts)
-        .num("held_locks", held as f64)
-        .num("renewal_round_trips_per_period", trips)
-        .num("renewal_round_trip_bound", bound as f64)
-        .num("renewal_ms_per_period", time_ms);
-    for (i, n) in per_master.iter().enumerate() {
-        json.num(&format!("locks_on_master_{i}"), *n as f64);
+    Renewal {
+        trips,
+        bound: held.div_ceil(RENEWAL_BATCH) + 3,
+        time_ms,
+        per_master,
     }
-    common::write_results("deployments", &json);
 }
 
 /// The number of keys of `node`.
