@@ -424,6 +424,15 @@ fn wrong_type_keys_are_errors_not_waits_and_are_left_alone() {
     let m = client.mutex("h");
     let err = within(Duration::from_secs(60), move || m.lock().map(drop)).unwrap_err();
     assert!(err.is_wrong_type(), "{err}");
+    // Asking whether it is locked says the same as taking it.
+    for name in ["h", "l"] {
+        let err = client.mutex(name).is_locked().unwrap_err();
+        assert!(err.is_wrong_type(), "{name}: {err}");
+        let err = client.fair_mutex(name).is_locked().unwrap_err();
+        assert!(err.is_wrong_type(), "fair {name}: {err}");
+    }
+    assert!(client.mutex("s").is_locked().unwrap());
+    assert!(!client.mutex("free").is_locked().unwrap());
     assert!(client
         .mutex("h")
         .force_unlock()

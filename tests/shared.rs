@@ -212,6 +212,30 @@ fn commit_writes_now_and_keeps_holding() {
 }
 
 #[test]
+fn a_shared_guard_offers_the_lease_methods_of_a_mutex_guard() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let value = c.shared::<u64>("leased").with_lease(Duration::from_secs(5));
+    let mut g = value.lock().unwrap();
+    let watch = g.lease_watch();
+    assert!(!watch.is_lost());
+    let left = g.verify().unwrap();
+    assert!(left <= Duration::from_secs(5), "{left:?}");
+    g.extend(Duration::from_secs(100)).unwrap();
+    assert!(g.verify().unwrap() > Duration::from_secs(60));
+    g.set_lease(Duration::from_secs(30)).unwrap();
+    let left = g.verify().unwrap();
+    assert!(left <= Duration::from_secs(30), "{left:?}");
+    *g = 7;
+    // Taken away: verify and extend say so, and the watch wakes.
+    assert!(client(&server).mutex("leased").force_unlock().unwrap());
+    assert!(g.verify().unwrap_err().is_lock_lost());
+    assert!(g.extend(Duration::from_secs(1)).unwrap_err().is_lock_lost());
+    assert!(watch.wait_timeout(Duration::from_secs(30)));
+    assert!(g.unlock().unwrap_err().is_lock_lost());
+}
+
+#[test]
 fn the_value_is_written_only_when_it_changed() {
     let server = RedisServer::start();
     let c = client(&server);

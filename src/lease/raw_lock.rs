@@ -132,13 +132,25 @@ impl RawLock {
         Doing::lock(action, &self.name)
     }
 
-    /// Whether anyone holds the lock now. One round trip.
+    /// Whether anyone holds the lock now. One round trip. A key of another type than a
+    /// lock's is a `WrongType` error, as the acquire says.
     pub(crate) fn is_locked(&self) -> Result<bool> {
         let keys = self.keys()?;
         self.ctx.ensure_open()?;
-        self.ctx.call(&keys.lock, self.doing("checking"), |c| {
-            redis::cmd("EXISTS").arg(&keys.lock).query::<bool>(c)
-        })
+        let kind: String = self.ctx.call(&keys.lock, self.doing("checking"), |c| {
+            redis::cmd("TYPE").arg(&keys.lock).query(c)
+        })?;
+        match kind.as_str() {
+            "none" => Ok(false),
+            "string" => Ok(true),
+            other => Err(Error::new(
+                ErrorKind::WrongType,
+                format!(
+                    "checking lock {:?}: its key {} holds a {other}, not a lock",
+                    self.name, keys.lock
+                ),
+            )),
+        }
     }
 
     /// How many guards of this lock the calling thread holds now. Local.

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -74,9 +75,64 @@ impl<T: Serialize> SharedGuard<T> {
         self.lease().is_none_or(LeaseGuard::is_lost)
     }
 
-    /// A handle that tells, from any thread, when the lease is lost.
-    pub fn lease_watch(&self) -> Option<LeaseWatch> {
-        self.lease().map(LeaseGuard::lease_watch)
+    /// A handle that tells, from any thread, when the lease is lost; see
+    /// [`MutexGuard::lease_watch`](crate::MutexGuard::lease_watch).
+    pub fn lease_watch(&self) -> LeaseWatch {
+        self.held().lease_watch()
+    }
+
+    /// Asks Redis whether the lock is still held by this holder; see
+    /// [`MutexGuard::verify`](crate::MutexGuard::verify).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::verify`](crate::MutexGuard::verify).
+    pub fn verify(&self) -> Result<Duration> {
+        self.held().verify()
+    }
+
+    /// Adds `additional` to the lock's remaining lease, if it is still held; see
+    /// [`MutexGuard::extend`](crate::MutexGuard::extend).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::extend`](crate::MutexGuard::extend).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let stock = client.shared::<u64>("stock:42").with_lease(Duration::from_secs(5));
+    /// let mut left = stock.lock()?;
+    /// left.extend(Duration::from_secs(5))?; // the count takes longer than planned
+    /// *left -= 1;
+    /// left.unlock()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.held().extend(additional)
+    }
+
+    /// Replaces the lock's remaining lease with `remaining`, if it is still held; see
+    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease).
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::extend`](crate::MutexGuard::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.held().set_lease(remaining)
+    }
+
+    /// The lease guard, which only `unlock`, `remove` (both consuming the guard) and `drop`
+    /// take away.
+    fn held(&self) -> &LeaseGuard {
+        match &self.inner {
+            Some(lease) => lease,
+            None => unreachable!("a SharedGuard's lease is only taken by unlock, remove or drop"),
+        }
     }
 
     /// The record left by a holder that panicked; see
