@@ -163,3 +163,31 @@ fn failures_have_their_own_exit_status_and_never_print_the_password() {
     assert!(!all.contains("s3cret-pw"), "{all}");
     assert!(!all.is_empty());
 }
+
+#[test]
+fn help_and_version_go_to_stdout_and_usage_errors_exit_2() {
+    let server = RedisServer::start();
+    for flag in ["--help", "help", "--version"] {
+        let out = redmutex(&server, &[flag], "");
+        assert!(out.status.success(), "{flag}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("redmutex"), "{flag}: {text}");
+    }
+    let help = redmutex(&server, &["--help"], "");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        text.contains("unlock") && text.contains("Exit status"),
+        "{text}"
+    );
+    // An empty name is bad usage (2), not "Redis unreachable" (3).
+    let empty = redmutex(&server, &["show", ""], "");
+    assert_eq!(empty.status.code(), Some(2), "{empty:?}");
+    assert!(String::from_utf8_lossy(&empty.stderr).contains("must not be empty"));
+    let unknown = redmutex(&server, &["--frobnicate", "list"], "");
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    // A lock Redis has never seen is said in words.
+    let none = redmutex(&server, &["show", "no-such"], "");
+    assert!(none.status.success(), "{none:?}");
+    let text = String::from_utf8_lossy(&none.stdout);
+    assert!(text.contains("not held"), "{text}");
+}

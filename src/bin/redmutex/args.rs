@@ -1,112 +1,96 @@
-//! The command line: what to do, where, and how to print it.
+//! The command line: what to do, where, and how to print it (clap's derive: help on stdout,
+//! `--version`, usage errors with exit status 2).
 
 use std::time::Duration;
 
-pub const USAGE: &str = "\
-usage: redmutex [--url URL] [--prefix PREFIX] [--json] COMMAND
+use clap::{Parser, Subcommand};
 
-commands:
-  list [PATTERN]             the locks whose names match PATTERN (a glob; default *)
-  show NAME                  one lock: holders, leases, fencing counter, waiters
-  watch NAME [--for SECS]    acquires and releases of NAME as they happen
-  unlock NAME [--yes]        delete NAME's lock whoever holds it, and wake its waiters
+/// What the exit statuses mean, printed under the help.
+const AFTER_HELP: &str = "\
+Credentials: in the URL, or $REDIS_USERNAME and $REDIS_PASSWORD; never printed.
+Exit status: 0 done, 2 bad usage (a bad option, command or lock name), 3 Redis unreachable or
+refused, 4 nothing to unlock, 5 unlock declined.";
 
-options:
-  --url URL        where Redis is (redis://, rediss://, redis+sentinel://, redis+cluster://);
-                   default $REDIS_URL, else redis://127.0.0.1/
-  --prefix PREFIX  the key prefix the locks use (default redmutex)
-  --json           print JSON (one object; `watch` prints one per line)
-
-credentials: in the URL, or $REDIS_USERNAME and $REDIS_PASSWORD; never printed.
-exit status: 0 done, 2 bad usage, 3 Redis unreachable or refused, 4 nothing to unlock,
-5 unlock declined.";
+/// Who holds what: the locks a redmutex application keeps in Redis, with their holders
+/// (client name, host, process, thread), leases, fencing counters and waiters.
+#[derive(Debug, Parser)]
+#[command(name = "redmutex", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Where Redis is: redis://, rediss://, redis+sentinel:// or redis+cluster://
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1/",
+        global = true,
+        hide_env_values = true
+    )]
+    pub url: String,
+    /// The key prefix the locks use [default: redmutex]
+    #[arg(long, global = true)]
+    pub prefix: Option<String>,
+    /// Print JSON (one object; `watch` prints one per line)
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
 
 /// What to do.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq, Subcommand)]
 pub enum Command {
+    /// The locks whose names match PATTERN
     List {
+        /// A glob over lock names
+        #[arg(default_value = "*")]
         pattern: String,
     },
+    /// One lock: holders, leases, fencing counter, waiters
     Show {
+        #[arg(value_parser = lock_name)]
         name: String,
     },
+    /// Acquires and releases of a lock as they happen
     Watch {
+        #[arg(value_parser = lock_name)]
         name: String,
+        /// Stop after this many seconds
+        #[arg(long = "for", value_name = "SECS", value_parser = seconds)]
         limit: Option<Duration>,
     },
+    /// Delete a lock whoever holds it, and wake its waiters
     Unlock {
+        #[arg(value_parser = lock_name)]
         name: String,
+        /// Do not ask first
+        #[arg(short, long)]
         yes: bool,
     },
 }
 
-/// The whole command line.
-#[derive(Debug)]
-pub struct Args {
-    pub url: String,
-    pub prefix: Option<String>,
-    pub json: bool,
-    pub command: Command,
-}
-
-/// Reads the command line (without the program's name).
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, String> {
-    let mut url = None;
-    let mut prefix = None;
-    let mut json = false;
-    let mut yes = false;
-    let mut limit = None;
-    let mut words = Vec::new();
-    let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--url" => url = Some(it.next().ok_or("--url needs a value")?),
-            "--prefix" => prefix = Some(it.next().ok_or("--prefix needs a value")?),
-            "--json" => json = true,
-            "--yes" | "-y" => yes = true,
-            "--for" => {
-                let secs: f64 = it
-                    .next()
-                    .ok_or("--for needs a number of seconds")?
-                    .parse()
-                    .map_err(|_| "--for needs a number of seconds")?;
-                if !(secs.is_finite() && secs > 0.0) {
-                    return Err("--for needs a positive number of seconds".into());
-                }
-                limit = Some(Duration::from_secs_f64(secs));
-            }
-            "-h" | "--help" => return Err(String::new()),
-            flag if flag.starts_with("--") => return Err(format!("unknown option {flag}")),
-            _ => words.push(arg),
-        }
+/// A lock name: not empty.
+fn lock_name(s: &str) -> Result<String, String> {
+    match s.is_empty() {
+        true => Err("a lock name must not be empty".to_owned()),
+        false => Ok(s.to_owned()),
     }
-    let mut words = words.into_iter();
-    let verb = words.next().ok_or("no command given")?;
-    let mut name = || words.next().ok_or(format!("{verb} needs a lock name"));
-    let command = match verb.as_str() {
-        "list" => Command::List {
-            pattern: words.next().unwrap_or_else(|| "*".to_owned()),
-        },
-        "show" => Command::Show { name: name()? },
-        "watch" => Command::Watch {
-            name: name()?,
-            limit,
-        },
-        "unlock" => Command::Unlock { name: name()?, yes },
-        other => return Err(format!("unknown command {other}")),
-    };
-    let url = url
-        .or_else(|| std::env::var("REDIS_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1/".to_owned());
-    Ok(Args {
-        url: with_credentials(&url),
-        prefix,
-        json,
-        command,
-    })
 }
 
-/// `url` with `$REDIS_USERNAME` / `$REDIS_PASSWORD` put in, when it carries none itself.
+/// A positive number of seconds.
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
+}
+
+impl Args {
+    /// `url` with `$REDIS_USERNAME` / `$REDIS_PASSWORD` put in, when it carries none itself.
+    pub fn with_credentials(mut self) -> Self {
+        self.url = with_credentials(&self.url);
+        self
+    }
+}
+
 fn with_credentials(url: &str) -> String {
     let user = std::env::var("REDIS_USERNAME").unwrap_or_default();
     let password = std::env::var("REDIS_PASSWORD").unwrap_or_default();
@@ -139,8 +123,8 @@ fn percent_encode(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn parse_words(line: &str) -> Result<Args, String> {
-        parse(line.split_whitespace().map(str::to_owned))
+    fn parse_words(line: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from(std::iter::once("redmutex").chain(line.split_whitespace()))
     }
 
     #[test]
@@ -154,7 +138,9 @@ mod tests {
                 pattern: "orders:*".into()
             }
         );
-        let a = parse_words("--url redis://h/ unlock x --yes").unwrap();
+        // Options go before or after the command.
+        let a = parse_words("unlock x --yes --url redis://h/").unwrap();
+        assert_eq!(a.url, "redis://h/");
         assert_eq!(
             a.command,
             Command::Unlock {
@@ -162,8 +148,30 @@ mod tests {
                 yes: true
             }
         );
+        let a = parse_words("--url redis://h/ watch x --for 1.5").unwrap();
+        assert_eq!(
+            a.command,
+            Command::Watch {
+                name: "x".into(),
+                limit: Some(Duration::from_millis(1500))
+            }
+        );
         assert!(parse_words("--url redis://h/ show").is_err());
         assert!(parse_words("--url redis://h/ frob x").is_err());
         assert!(parse_words("--url redis://h/ watch x --for -1").is_err());
+        assert!(parse_words("--url redis://h/ watch x --for 0").is_err());
+    }
+
+    #[test]
+    fn an_empty_lock_name_is_a_usage_error() {
+        let err = Args::try_parse_from(["redmutex", "show", ""]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("must not be empty"), "{err}");
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
     }
 }

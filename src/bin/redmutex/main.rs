@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use args::{Args, Command};
-use redmutex::{Client, LockInfo};
+use redmutex::{Client, ErrorKind, LockInfo};
 
 /// Exit statuses.
 const BAD_USAGE: u8 = 2;
@@ -22,21 +22,17 @@ const NOTHING_TO_UNLOCK: u8 = 4;
 const DECLINED: u8 = 5;
 
 fn main() -> ExitCode {
-    let args = match args::parse(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(e) => {
-            if !e.is_empty() {
-                eprintln!("redmutex: {e}");
-            }
-            eprintln!("{}", args::USAGE);
-            return ExitCode::from(BAD_USAGE);
-        }
-    };
+    // Help and the version go to stdout with status 0; usage errors to stderr with 2.
+    let args = <Args as clap::Parser>::parse().with_credentials();
     match run(&args) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             eprintln!("redmutex: {e}");
-            ExitCode::from(REDIS_FAILED)
+            ExitCode::from(match e.kind() {
+                // A name or setting Redis never saw: the command line's fault.
+                ErrorKind::InvalidArgument | ErrorKind::Config => BAD_USAGE,
+                _ => REDIS_FAILED,
+            })
         }
     }
 }

@@ -180,6 +180,21 @@ fn holder_lines(label: &str, h: &HolderInfo, out: &mut String) {
 
 /// The detailed view of `show`.
 pub fn detail(info: &LockInfo) -> String {
+    let unknown = info.kinds.is_empty()
+        && info.holder.is_none()
+        && info.sharers.is_empty()
+        && info.queue.is_empty()
+        && info.waiting_clients == 0;
+    if unknown {
+        let mut out = format!(
+            "lock {:?}: not held, and nobody waits for it (Redis has no such lock now)\n",
+            info.name
+        );
+        if let Some(f) = info.fencing_counter {
+            out.push_str(&format!("  {:<12}{f} (it was held before)\n", "fencing"));
+        }
+        return out;
+    }
     let mut out = format!("lock {:?} ({})\n", info.name, kinds(info));
     match &info.holder {
         Some(h) => holder_lines("holder", h, &mut out),
