@@ -141,3 +141,9 @@ pub use primitives::{
     MAX_PERMITS,
 };
 pub use stats::Stats;
+
+/// The README's examples, compiled (not run: they need a Redis) with the doc tests, so that
+/// what a new user copies first builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
