@@ -5,7 +5,9 @@
 //! must finish well within it), skips the job when the lock is held, checks the job's record,
 //! and writes the record with its fencing token, in a script that refuses a token lower than
 //! the one the record holds: an instance that overran its lease cannot overwrite a newer
-//! run's record.
+//! run's record. The instance that ran it does not release the lock: it keeps it until its
+//! lease ends (`keep_until_expiry`), so the lock itself says "done for this window" and a
+//! late instance is turned away without reading the record.
 //!
 //! ```text
 //! cargo run --example run_once                   # starts its own redis-server
@@ -18,11 +20,12 @@ mod local_redis;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use redis::Script;
+use redmutex::redis::{self, Script};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error>>;
 
-/// The job's lease: the longest a run may take.
+/// The job's lease: the longest a run may take, and the window in which nobody runs it
+/// again.
 const JOB_LEASE: Duration = Duration::from_secs(60);
 
 /// Writes the job's record only with a fencing token not below the record's.
@@ -70,6 +73,9 @@ fn main() -> AnyResult<()> {
     let late = Command::new(&exe).args(["instance", &url, &job]).output()?;
     let late_text = String::from_utf8_lossy(&late.stdout);
     print!("late: {late_text}");
+    if !late_text.contains("in this window") {
+        return Err("the late instance was not turned away by the kept lock".into());
+    }
     ran += late_text.matches("ran the job").count();
     let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
     let runs: u64 = redis::cmd("GET")
@@ -80,6 +86,10 @@ fn main() -> AnyResult<()> {
         .arg(format!("{job}:runs"))
         .arg(format!("{job}:record"))
         .query(&mut conn)?;
+    // The lock was kept for the job's window; this demonstration ends it.
+    redmutex::Client::open(url.as_str())?
+        .mutex(format!("job:{job}"))
+        .force_unlock()?;
     if ran == 1 && runs == 1 {
         println!("OK: the job ran exactly once");
         Ok(())
@@ -96,7 +106,7 @@ fn instance(url: &str, job: &str) -> AnyResult<()> {
     let me = format!("instance {}", std::process::id());
     let lock = client.mutex(format!("job:{job}")).with_lease(JOB_LEASE);
     let Some(guard) = lock.try_lock()? else {
-        println!("{me}: skipped, another instance is running it");
+        println!("{me}: skipped, another instance runs it or ran it in this window");
         return Ok(());
     };
     let mut conn = redis::Client::open(url)?.get_connection()?;
@@ -124,8 +134,13 @@ fn instance(url: &str, job: &str) -> AnyResult<()> {
     if written == 0 || guard.is_lost() {
         return Err(format!("{me}: ran past its lease; its record was refused").into());
     }
-    guard.unlock()?;
-    println!("{me}: ran the job (fencing token {token})");
+    // Done for this window: the lock stays until its lease ends, and nobody runs it again
+    // before then.
+    let window = guard.keep_until_expiry()?;
+    println!(
+        "{me}: ran the job (fencing token {token}); the lock keeps it done for {}s more",
+        window.as_secs()
+    );
     client.shutdown();
     Ok(())
 }
