@@ -18,7 +18,7 @@ use crate::events::{EventHandler, Events};
 use crate::identity;
 use crate::inspect::{self, LockInfo};
 use crate::keys;
-use crate::lease::LockContext;
+use crate::lease::{Handle, LockContext};
 #[cfg(feature = "serde")]
 use crate::primitives::Shared;
 use crate::primitives::{FairMutex, MultiLock, Mutex, RwLock, Semaphore};
@@ -39,9 +39,16 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 /// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
 /// cannot be reached.
 ///
-/// The background threads end by themselves when the last clone of the client, and every
-/// [`Mutex`] and guard made from it, are dropped. [`Client::shutdown`] closes every clone at
-/// once and waits for the threads.
+/// The background threads stop when the last handle is dropped: the last clone of the
+/// client and of every lock handle made from it ([`Mutex`], [`FairMutex`](crate::FairMutex),
+/// …; guards do not count), as crossbeam's channels and r2d2's pools stop with their last
+/// handle. A guard that outlives every handle (one leaked with `std::mem::forget`, or
+/// returned from a function whose client was a local) still releases on drop, but is no
+/// longer renewed: its lock expires with its lease, and its [`LeaseWatch`](crate::LeaseWatch)
+/// reports the loss then (a warning is logged). Keep the client, or the lock's handle, for as
+/// long as you hold its locks; to leave a lock held until its lease ends, use
+/// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
+/// [`Client::shutdown`] closes every clone at once and waits for the threads.
 ///
 /// # Examples
 ///
@@ -60,6 +67,8 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<LockContext>,
+    /// Keeps the background threads running while a clone lives (see `Handle`).
+    _handle: Handle,
 }
 
 impl Client {
@@ -1059,13 +1068,15 @@ impl Builder {
             AddressKind::Sentinel(address) => self.sentinel_deployment(&config, address)?,
             AddressKind::Cluster(address) => self.cluster_deployment(&config, address)?,
         };
+        let shared = Arc::new(LockContext::new(
+            NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            Arc::new(deployment),
+            TokenSource::new(),
+        ));
         Ok(Client {
-            shared: Arc::new(LockContext::new(
-                NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
-                config,
-                Arc::new(deployment),
-                TokenSource::new(),
-            )),
+            _handle: Handle::new(&shared),
+            shared,
         })
     }
 

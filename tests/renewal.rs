@@ -137,3 +137,40 @@ fn a_fixed_lease_is_not_renewed() {
     }));
     assert!(g.is_lost());
 }
+
+#[test]
+fn a_leaked_guard_stops_being_renewed_when_the_last_handle_goes() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .default_lease(Duration::from_secs(2))
+        .open(server.url())
+        .unwrap();
+    let leaked = client.mutex("leaked").lock().unwrap();
+    let kept = client.mutex("kept").lock().unwrap();
+    let watch = kept.lease_watch();
+    std::mem::forget(leaked);
+    // A handle (the Mutex, a clone of the client) keeps the threads; guards do not.
+    let handle = client.mutex("other");
+    drop(client);
+    std::thread::sleep(Duration::from_secs(3));
+    let plain = Client::open(server.url()).unwrap();
+    assert!(
+        plain.mutex("leaked").is_locked().unwrap(),
+        "renewal stopped while a handle was alive"
+    );
+    assert!(!watch.is_lost());
+    drop(handle);
+    // The last handle is gone: nothing renews the leaked lock any more, and it expires with
+    // its lease; the guard still alive is told its lease ran out.
+    assert!(
+        eventually(Duration::from_secs(30), || !plain
+            .mutex("leaked")
+            .is_locked()
+            .unwrap()),
+        "a leaked guard's lock was still renewed after the last handle was dropped"
+    );
+    assert!(watch.wait_timeout(Duration::from_secs(30)));
+    assert!(!plain.mutex("kept").is_locked().unwrap());
+    let err = kept.unlock().unwrap_err();
+    assert!(err.is_lock_lost(), "{err}");
+}

@@ -333,7 +333,10 @@ impl Deployment for Sentinel {
     fn shutdown(&self) {
         self.inner.stopped.store(true, Ordering::Release);
         if let Some(watcher) = self.inner.watcher.lock().take() {
-            let _ = watcher.join();
+            // Not from the watcher itself: it ends on its own once it sees `stopped`.
+            if watcher.thread().id() != std::thread::current().id() {
+                let _ = watcher.join();
+            }
         }
     }
 

@@ -1,7 +1,7 @@
 //! What every lock and guard made from one client shares: the settings, the connections, the
 //! background threads, the waiting machinery and the counters.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,41 @@ pub(crate) struct LockContext {
     pub(crate) seeded: SeededCounters,
     /// Set when the client was shut down.
     closed: AtomicBool,
+    /// The handles alive now (see [`Handle`]).
+    handles: AtomicUsize,
+}
+
+/// One hold on a client's background threads (renewal, subscriber, Sentinel watcher): every
+/// `Client` clone and every lock handle made from one carries one; guards do not. When the
+/// last is dropped the threads stop (drop = stop, as crossbeam's channels and r2d2's pools
+/// do), so a guard leaked with `mem::forget`, or one that outlives every handle, is no longer
+/// renewed and its lock expires with its lease. Handles are only made from handles, so the
+/// count never rises again once it reached zero.
+pub(crate) struct Handle {
+    ctx: Arc<LockContext>,
+}
+
+impl Handle {
+    pub(crate) fn new(ctx: &Arc<LockContext>) -> Self {
+        ctx.handles.fetch_add(1, Ordering::AcqRel);
+        Handle {
+            ctx: Arc::clone(ctx),
+        }
+    }
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Self {
+        Handle::new(&self.ctx)
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if self.ctx.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.ctx.last_handle_dropped();
+        }
+    }
 }
 
 impl LockContext {
@@ -71,7 +106,23 @@ impl LockContext {
             counters,
             seeded: SeededCounters::new(),
             closed: AtomicBool::new(false),
+            handles: AtomicUsize::new(0),
         }
+    }
+
+    /// Stops the background threads once no handle is left: nobody can take a lock or wait
+    /// any more, and the guards still alive release as usual but are no longer renewed.
+    fn last_handle_dropped(&self) {
+        let held = self.renewal.registered();
+        if held > 0 {
+            log::warn!(
+                "redmutex: the last handle of a client was dropped while it holds {held} locks: \
+                 they are no longer renewed and expire with their leases"
+            );
+        }
+        self.renewal.shutdown();
+        self.subscriber.shutdown();
+        self.connections.shutdown();
     }
 
     /// Closes the client: new operations fail, the background threads end for good.

@@ -18,7 +18,7 @@ mod reply;
 pub(crate) mod scripts;
 mod state;
 
-pub(crate) use context::LockContext;
+pub(crate) use context::{Handle, LockContext};
 pub(crate) use guard::LeaseGuard;
 pub use poison::PoisonInfo;
 pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};

@@ -14,7 +14,7 @@ use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
 use crate::lease::cleanup::Cleanup;
-use crate::lease::context::LockContext;
+use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
 use crate::lease::plain_take;
@@ -50,6 +50,8 @@ struct Contact {
 #[derive(Clone)]
 pub(crate) struct RawLock {
     pub(crate) ctx: Arc<LockContext>,
+    /// Keeps the client's background threads running while the lock's handle lives.
+    _handle: Handle,
     protocol: &'static dyn Protocol,
     name: Arc<str>,
     /// The keys, or why the name is invalid (reported by every operation).
@@ -70,6 +72,7 @@ impl RawLock {
             Err(_) => Arc::from(""),
         };
         RawLock {
+            _handle: Handle::new(&ctx),
             ctx,
             protocol,
             name: Arc::from(name),

@@ -308,6 +308,11 @@ impl Renewal {
         let worker = self.worker.lock().take();
         if let Some(Worker { wake, join }) = worker {
             drop(wake);
+            // Dropped from the thread itself (the last handle of the client dropped in an
+            // event handler): it ends on its own at its next wake-up.
+            if join.thread().id() == std::thread::current().id() {
+                return;
+            }
             if join.join().is_err() {
                 log::warn!("redmutex: the renewal thread panicked");
             }

@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::LockContext;
+use crate::lease::{Handle, LockContext};
 
 /// One independent Redis master of a Redlock: the client that reaches it.
 #[derive(Clone)]
 pub(crate) struct Instance {
     pub(crate) ctx: Arc<LockContext>,
+    /// Keeps the instance client's background threads running while the Redlock lives.
+    pub(crate) _handle: Handle,
 }
 
 impl Instance {

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::lease::Handle;
 use crate::IntoAddress;
 
 pub use builder::RedlockBuilder;
@@ -154,6 +155,7 @@ impl Redlock {
             .iter()
             .map(|c| Instance {
                 ctx: Arc::clone(c.context()),
+                _handle: Handle::new(c.context()),
             })
             .collect();
         let quorum = instances.len() / 2 + 1;

@@ -263,6 +263,10 @@ impl Subscriber {
         let lanes: Vec<Lane> = self.lanes.running.lock().drain().map(|(_, l)| l).collect();
         for Lane { wake, join, .. } in lanes {
             drop(wake);
+            // Not from the lane's own thread (an event handler there): it ends on its own.
+            if join.thread().id() == std::thread::current().id() {
+                continue;
+            }
             if join.join().is_err() {
                 log::warn!("redmutex: a subscriber thread panicked");
             }
