@@ -429,3 +429,26 @@ fn a_fixed_lease_is_not_renewed_and_a_writer_may_extend_it() {
     assert!(other.rwlock("fixed").try_write().unwrap().is_some());
     assert_eq!(w.unlock().unwrap_err().kind(), ErrorKind::LockLost);
 }
+
+#[test]
+fn a_read_guard_offers_the_lease_methods_of_a_mutex_guard() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let lock = c.rwlock("leased").with_lease(Duration::from_secs(5));
+    let r = lock.read().unwrap();
+    assert!(r.verify().unwrap() <= Duration::from_secs(5));
+    r.extend(Duration::from_secs(100)).unwrap();
+    assert!(r.verify().unwrap() > Duration::from_secs(60));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("redmutex:{leased}:readers")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(pttl > 60_000, "the readers' key did not follow: {pttl}");
+    r.set_lease(Duration::from_secs(10)).unwrap();
+    assert!(r.verify().unwrap() <= Duration::from_secs(10));
+    // Taken away: verify and extend say so.
+    assert!(lock.force_unlock().unwrap());
+    assert!(r.verify().unwrap_err().is_lock_lost());
+    assert!(r.extend(Duration::from_secs(1)).unwrap_err().is_lock_lost());
+    assert!(r.is_lost());
+}

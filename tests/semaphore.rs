@@ -564,3 +564,40 @@ fn several_permits_are_waited_for_within_a_timeout() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
 }
+
+#[test]
+fn a_permit_offers_the_lease_methods_of_a_mutex_guard() {
+    let server = RedisServer::start();
+    let c = client(&server);
+    let permit = c.semaphore("leased", 2).acquire().unwrap();
+    let left = permit.verify().unwrap();
+    assert!(left <= Duration::from_secs(2), "{left:?}");
+    permit.extend(Duration::from_secs(100)).unwrap();
+    assert!(permit.verify().unwrap() > Duration::from_secs(60));
+    // The keys follow the longest lease.
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("redmutex:semaphore:{leased}:holders")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(pttl > 60_000, "{pttl}");
+    permit.set_lease(Duration::from_secs(5)).unwrap();
+    assert!(permit.verify().unwrap() <= Duration::from_secs(5));
+    // Gone from Redis: verify and extend say so, and nothing is re-created.
+    let _: () = redis::cmd("DEL")
+        .arg("redmutex:semaphore:{leased}:holders")
+        .arg("redmutex:semaphore:{leased}:held")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(permit.verify().unwrap_err().is_lock_lost());
+    assert!(permit.is_lost());
+    assert!(permit
+        .extend(Duration::from_secs(1))
+        .unwrap_err()
+        .is_lock_lost());
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("redmutex:semaphore:{leased}:holders")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(!exists);
+    drop(permit);
+}

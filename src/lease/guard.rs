@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::config::{millis, validate_lease};
+use crate::config::validate_lease;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
@@ -74,10 +74,7 @@ impl LeaseGuard {
         let ttl: i64 = self
             .ctx
             .call(&self.hold.lock_key, self.doing("verifying"), |c| {
-                scripts::CHECK
-                    .key(&keys.lock)
-                    .arg(&*self.hold.token)
-                    .invoke(c)
+                self.hold.protocol.check(keys, &self.hold.token).invoke(c)
             })?;
         match u64::try_from(ttl) {
             Ok(ms) => Ok(Duration::from_millis(ms)),
@@ -106,11 +103,10 @@ impl LeaseGuard {
             &self.hold.lock_key,
             self.doing("extending the lease of"),
             |c| {
-                let call = ScriptCall::new(&scripts::CHANGE_LEASE)
-                    .key(&keys.lock)
-                    .arg(&*self.hold.token)
-                    .arg(millis(by))
-                    .arg(how);
+                let call = self
+                    .hold
+                    .protocol
+                    .change_lease(keys, &self.hold.token, by, how);
                 match ctx.replicas_to_ask(LeaseWrite::Renewal, c)? {
                     Some((replicas, timeout)) => {
                         let (remaining, got) = call.invoke_and_wait(c, replicas, timeout)?;

@@ -161,4 +161,23 @@ pub(crate) trait Protocol: Send + Sync + 'static {
             .arg(token)
             .arg(millis(lease))
     }
+
+    /// The call that says how long the hold of `token` has left: its remaining lease in
+    /// milliseconds, or -1 when the token no longer holds. Defaults to `check.lua`, for locks
+    /// whose main key holds the holder's token.
+    fn check(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        ScriptCall::new(&scripts::CHECK).key(&keys.lock).arg(token)
+    }
+
+    /// The call that adds `by` to the remaining lease of `token`'s hold (`how`: `add`) or
+    /// replaces it (`set`), if the token still holds: the remaining lease in milliseconds
+    /// afterwards, or -1. Defaults to `change_lease.lua`, for locks whose main key holds the
+    /// holder's token.
+    fn change_lease(&self, keys: &LockKeys, token: &str, by: Duration, how: &str) -> ScriptCall {
+        ScriptCall::new(&scripts::CHANGE_LEASE)
+            .key(&keys.lock)
+            .arg(token)
+            .arg(millis(by))
+            .arg(how)
+    }
 }

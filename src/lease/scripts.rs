@@ -54,6 +54,10 @@ pub(crate) static CHECK: LazyLock<Script> =
 pub(crate) static QUEUE_HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| compose(&[ERRORS, HOLDER, include_str!("lua/queue_heartbeat.lua")]));
 
+/// How long a hold that is a member of a sorted set has left: see `lua/member_check.lua`.
+pub(crate) static MEMBER_CHECK: LazyLock<Script> =
+    LazyLock::new(|| compose(&[HOLDER, MEMBER_LEASE, include_str!("lua/member_check.lua")]));
+
 /// Leaves the record of a panicking holder: see `lua/mark_poisoned.lua`.
 pub(crate) static MARK_POISONED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/mark_poisoned.lua")));
@@ -65,6 +69,7 @@ pub(crate) fn all() -> Vec<(&'static str, &'static Script)> {
         ("renew", &*RENEW),
         ("change_lease", &*CHANGE_LEASE),
         ("check", &*CHECK),
+        ("member_check", &*MEMBER_CHECK),
         ("mark_poisoned", &*MARK_POISONED),
         ("queue_heartbeat", &*QUEUE_HEARTBEAT),
     ]

@@ -16,7 +16,9 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_LEASE};
+use crate::lease::scripts::{
+    compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
+};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
@@ -46,6 +48,15 @@ static READ_RENEW: LazyLock<Script> = LazyLock::new(|| {
         include_str!("rw_lock/read_renew.lua"),
     ])
 });
+static READ_CHANGE_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        HOLDER,
+        MEMBER_LEASE,
+        RW,
+        include_str!("rw_lock/read_change_lease.lua"),
+    ])
+});
 static WRITE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, include_str!("rw_lock/write_release.lua")]));
 static FORCE_RELEASE: LazyLock<Script> =
@@ -58,6 +69,7 @@ static WITHDRAW: LazyLock<Script> =
 pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
     vec![
         ("rw_lock/read_acquire", &*READ_ACQUIRE),
+        ("rw_lock/read_change_lease", &*READ_CHANGE_LEASE),
         ("rw_lock/write_acquire", &*WRITE_ACQUIRE),
         ("rw_lock/read_release", &*READ_RELEASE),
         ("rw_lock/write_release", &*WRITE_RELEASE),
@@ -139,6 +151,18 @@ impl Protocol for ReadProtocol {
             .key(readers(keys))
             .arg(token)
             .arg(millis(lease))
+    }
+
+    fn check(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        ScriptCall::new(&MEMBER_CHECK).key(readers(keys)).arg(token)
+    }
+
+    fn change_lease(&self, keys: &LockKeys, token: &str, by: Duration, how: &str) -> ScriptCall {
+        ScriptCall::new(&READ_CHANGE_LEASE)
+            .key(readers(keys))
+            .arg(token)
+            .arg(millis(by))
+            .arg(how)
     }
 }
 
@@ -410,6 +434,52 @@ pub struct RwLockReadGuard {
 }
 
 impl RwLockReadGuard {
+    /// Asks Redis whether this read hold is still ours; returns the remaining lease. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard then
+    /// reports [`is_lost`](Self::is_lost) too); connection and timeout errors.
+    pub fn verify(&self) -> Result<Duration> {
+        self.inner.verify()
+    }
+
+    /// Adds `additional` to the remaining lease of this read hold, if it is still held, as
+    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a duration under
+    /// 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is gone (it is never
+    /// re-created); connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let r = client.rwlock("index").with_lease(Duration::from_secs(30)).read()?;
+    /// // ... the scan takes longer than planned ...
+    /// r.extend(Duration::from_secs(30))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.inner.extend(additional)
+    }
+
+    /// Replaces the remaining lease of this read hold with `remaining`, if it is still held, as
+    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`extend`](Self::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.inner.set_lease(remaining)
+    }
+
     /// Whether this reader's lease is known to be lost, without a round trip.
     pub fn is_lost(&self) -> bool {
         self.inner.is_lost()

@@ -15,7 +15,7 @@ use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_LEASE};
+use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
@@ -58,6 +58,14 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
         include_str!("semaphore/renew.lua"),
     ])
 });
+static CHANGE_LEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        HOLDER,
+        MEMBER_LEASE,
+        PERMITS,
+        include_str!("semaphore/change_lease.lua"),
+    ])
+});
 static COUNT: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
         ERRORS,
@@ -76,6 +84,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("semaphore/acquire", &*ACQUIRE),
         ("semaphore/release", &*RELEASE),
         ("semaphore/renew", &*RENEW),
+        ("semaphore/change_lease", &*CHANGE_LEASE),
         ("semaphore/count", &*COUNT),
     ];
     all.extend(fair::scripts());
@@ -168,6 +177,19 @@ impl Protocol for SemaphoreProtocol {
             .key(held(keys))
             .arg(token)
             .arg(millis(lease))
+    }
+
+    fn check(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        ScriptCall::new(&MEMBER_CHECK).key(holders(keys)).arg(token)
+    }
+
+    fn change_lease(&self, keys: &LockKeys, token: &str, by: Duration, how: &str) -> ScriptCall {
+        ScriptCall::new(&CHANGE_LEASE)
+            .key(holders(keys))
+            .key(held(keys))
+            .arg(token)
+            .arg(millis(by))
+            .arg(how)
     }
 }
 
@@ -441,6 +463,52 @@ pub struct SemaphorePermit {
 }
 
 impl SemaphorePermit {
+    /// Asks Redis whether these permits is still ours; returns the remaining lease. One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard then
+    /// reports [`is_lost`](Self::is_lost) too); connection and timeout errors.
+    pub fn verify(&self) -> Result<Duration> {
+        self.inner.verify()
+    }
+
+    /// Adds `additional` to the remaining lease of these permits, if it is still held, as
+    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a duration under
+    /// 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is gone (it is never
+    /// re-created); connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let permit = client.semaphore("exports", 3).acquire()?;
+    /// // Outlive a stall of the renewal thread during the export:
+    /// permit.extend(Duration::from_secs(60))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.inner.extend(additional)
+    }
+
+    /// Replaces the remaining lease of these permits with `remaining`, if it is still held, as
+    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
+    ///
+    /// # Errors
+    ///
+    /// As for [`extend`](Self::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.inner.set_lease(remaining)
+    }
+
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         self.permits

@@ -119,4 +119,12 @@ impl Protocol for FairSemaphoreProtocol {
     fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
         super::PROTOCOL.renew(keys, token, lease)
     }
+
+    fn check(&self, keys: &LockKeys, token: &str) -> ScriptCall {
+        super::PROTOCOL.check(keys, token)
+    }
+
+    fn change_lease(&self, keys: &LockKeys, token: &str, by: Duration, how: &str) -> ScriptCall {
+        super::PROTOCOL.change_lease(keys, token, by, how)
+    }
 }
