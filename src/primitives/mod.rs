@@ -85,7 +85,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 33);
+        assert_eq!(loaded, 36);
         drop(server);
     }
 }
