@@ -173,6 +173,9 @@ fn help_and_version_go_to_stdout_and_usage_errors_exit_2() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(text.contains("redmutex"), "{flag}: {text}");
     }
+    let version = redmutex(&server, &["--version"], "");
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert!(text.contains(env!("CARGO_PKG_VERSION")), "{text}");
     let help = redmutex(&server, &["--help"], "");
     let text = String::from_utf8_lossy(&help.stdout);
     assert!(
