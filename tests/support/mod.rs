@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod netns;
 pub mod sentinel;
 pub mod tls;
 
