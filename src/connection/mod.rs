@@ -354,16 +354,16 @@ impl Connections {
     }
 
     /// Like [`call_batch`](Self::call_batch), with `WAIT` at the end of each server's
-    /// pipeline for as many replicas as `acks` says for that server's connection: each
-    /// reply comes with how many replicas acknowledged its batch, of how many were asked
-    /// (`None` when none were).
+    /// pipeline for as many replicas as `acks` says for that server's connection (none
+    /// without a rule): each reply comes with how many replicas acknowledged its batch, of
+    /// how many were asked (`None` when none were).
     pub(crate) fn call_batch_acked(
         &self,
         calls: &[Routed<'_>],
         doing: Doing<'_>,
-        acks: AckRule<'_>,
+        acks: Option<AckRule<'_>>,
     ) -> (Vec<Result<Acked>>, u64) {
-        self.call_batch_with(calls, doing, Some(acks))
+        self.call_batch_with(calls, doing, acks)
     }
 
     fn call_batch_with(

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::config::ReplicaAcks;
-use crate::connection::{Connections, Routed};
+use crate::connection::{AckRule, Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Renewed;
 use crate::fast_hash::FastHashMap;
@@ -601,9 +601,10 @@ impl RenewalThread {
         let acks_rule = |c: &mut crate::connection::Conn| {
             replication::replicas_to_ask(s.acks, LeaseWrite::Renewal, c)
         };
+        let rule: Option<AckRule<'_>> = s.acks.is_some().then_some(&acks_rule);
         let (replies, trips) =
             s.connections
-                .call_batch_acked(&calls, Doing::work("renewing leases"), &acks_rule);
+                .call_batch_acked(&calls, Doing::work("renewing leases"), rule);
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let counted = replication::counted(s.acks, s.lease);
