@@ -96,8 +96,9 @@ pub(crate) trait Deployment: Send + Sync {
         0
     }
 
-    /// Stops what the deployment runs in the background, for good.
-    fn shutdown(&self) {}
+    /// Stops what the deployment runs in the background, for good; with `wait`, waits for
+    /// it to end.
+    fn shutdown(&self, _wait: bool) {}
 
     /// Reads the map of routes to shards again, when the deployment has one (a Cluster's
     /// slot map); `generation` changes if it changed.
@@ -578,9 +579,9 @@ impl Connections {
         self.deployment.settle_unread();
     }
 
-    /// Stops the deployment's background work.
-    pub(crate) fn shutdown(&self) {
-        self.deployment.shutdown();
+    /// Stops the deployment's background work; with `wait`, waits for it to end.
+    pub(crate) fn shutdown(&self, wait: bool) {
+        self.deployment.shutdown(wait);
     }
 }
 

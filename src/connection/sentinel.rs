@@ -330,11 +330,11 @@ impl Deployment for Sentinel {
         self.inner.generation.load(Ordering::Acquire)
     }
 
-    fn shutdown(&self) {
+    fn shutdown(&self, wait: bool) {
         self.inner.stopped.store(true, Ordering::Release);
         if let Some(watcher) = self.inner.watcher.lock().take() {
-            // Not from the watcher itself: it ends on its own once it sees `stopped`.
-            if watcher.thread().id() != std::thread::current().id() {
+            // It ends on its own once it sees `stopped`; not joined from itself.
+            if wait && watcher.thread().id() != std::thread::current().id() {
                 let _ = watcher.join();
             }
         }

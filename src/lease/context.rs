@@ -120,17 +120,18 @@ impl LockContext {
                  they are no longer renewed and expire with their leases"
             );
         }
-        self.renewal.shutdown();
-        self.subscriber.shutdown();
-        self.connections.shutdown();
+        // Without waiting: a drop never blocks on a thread's read.
+        self.renewal.shutdown(false);
+        self.subscriber.shutdown(false);
+        self.connections.shutdown(false);
     }
 
     /// Closes the client: new operations fail, the background threads end for good.
     pub(crate) fn shut_down(&self) {
         self.closed.store(true, Ordering::Release);
-        self.renewal.shutdown();
-        self.subscriber.shutdown();
-        self.connections.shutdown();
+        self.renewal.shutdown(true);
+        self.subscriber.shutdown(true);
+        self.connections.shutdown(true);
     }
 
     /// Has the renewal thread send `call` (a token-checked removal of what a call whose

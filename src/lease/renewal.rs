@@ -301,16 +301,16 @@ impl Renewal {
         Ok(())
     }
 
-    /// Stops the thread for good and waits for it; it makes one last pass over pending
-    /// clean-ups first. Registered leases are no longer renewed.
-    pub(crate) fn shutdown(&self) {
+    /// Stops the thread for good and, with `wait`, waits for it; it makes one last pass over
+    /// pending clean-ups first. Registered leases are no longer renewed. Without `wait` (the
+    /// last handle dropped), the thread ends on its own at once, and nobody's drop blocks.
+    pub(crate) fn shutdown(&self, wait: bool) {
         self.stopped.store(true, Ordering::Release);
         let worker = self.worker.lock().take();
         if let Some(Worker { wake, join }) = worker {
             drop(wake);
-            // Dropped from the thread itself (the last handle of the client dropped in an
-            // event handler): it ends on its own at its next wake-up.
-            if join.thread().id() == std::thread::current().id() {
+            // Not from the thread itself (a handle dropped in an event handler).
+            if !wait || join.thread().id() == std::thread::current().id() {
                 return;
             }
             if join.join().is_err() {

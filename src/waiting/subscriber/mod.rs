@@ -256,15 +256,16 @@ impl Subscriber {
         )
     }
 
-    /// Stops the threads for good and waits for them; every waiter is woken.
-    pub(crate) fn shutdown(&self) {
+    /// Stops the threads for good and, with `wait`, waits for them; every waiter is woken.
+    /// Without `wait` (the last handle dropped), each ends on its own when its read returns.
+    pub(crate) fn shutdown(&self, wait: bool) {
         let shared = self.shared();
         shared.stopped.store(true, Ordering::Release);
         let lanes: Vec<Lane> = self.lanes.running.lock().drain().map(|(_, l)| l).collect();
         for Lane { wake, join, .. } in lanes {
             drop(wake);
-            // Not from the lane's own thread (an event handler there): it ends on its own.
-            if join.thread().id() == std::thread::current().id() {
+            // Not from the lane's own thread (an event handler there).
+            if !wait || join.thread().id() == std::thread::current().id() {
                 continue;
             }
             if join.join().is_err() {
