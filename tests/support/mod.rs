@@ -87,9 +87,21 @@ pub fn version_of(binary: &str) -> ServerVersion {
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
+/// A free loopback port whose port + 10000 is free too: a Cluster node listens there for its
+/// bus, and under load the kernel hands out that port to outgoing connections as well (a
+/// node whose bus port is taken exits at once, and the kernel would offer the same port
+/// again).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        let port = listener.local_addr().expect("local addr").port();
+        let bus_free = port
+            .checked_add(10000)
+            .is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok());
+        if bus_free {
+            return port;
+        }
+    }
 }
 
 impl RedisServer {
