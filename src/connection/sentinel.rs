@@ -220,11 +220,26 @@ impl Inner {
                     .any(|view| view.iter().any(|(listed, down)| listed == *name && !*down))
             })
             .count();
-        let promotable = match views.is_empty() {
-            true => None,
-            false => Some(u32::try_from(up).unwrap_or(u32::MAX)),
-        };
-        master.pool.features().set_promotable_replicas(promotable);
+        // Only a majority of the sentinels may say how many replicas a failover can promote:
+        // a client cut off with its master by a partition reaches only the sentinels on its
+        // side, which count every replica down, and would then ask no replica at all while
+        // the master it still reaches grants locks that the majority's failover forgets. The
+        // count it had stays (or stays unknown) until a majority answers again.
+        let majority = s.sentinels.len() / 2 + 1;
+        if views.len() < majority {
+            log::debug!(
+                "redmutex: {} of {} sentinels listed the replicas: the count of replicas a \
+                 failover may promote stays as it was",
+                views.len(),
+                s.sentinels.len()
+            );
+            return;
+        }
+        let promotable = u32::try_from(up).unwrap_or(u32::MAX);
+        master
+            .pool
+            .features()
+            .set_promotable_replicas(Some(promotable));
     }
 
     /// Learns again which replicas of the master in use a failover may promote (a sentinel

@@ -32,7 +32,8 @@ pub(crate) enum LeaseWrite {
 /// follow it; a renewal that waited for them would let the lease run out through a
 /// failover that kept the lock.
 ///
-/// The default: one where the deployment names a replica it can promote, none elsewhere,
+/// The default: one where the deployment names a replica it can promote, none where it
+/// names none, and one while it has not said (no majority of the sentinels answered yet),
 /// with no command of its own.
 pub(crate) fn replicas_to_ask(
     acks: Option<ReplicaAcks>,
@@ -44,7 +45,8 @@ pub(crate) fn replicas_to_ask(
     };
     let promotable = c.features().promotable_replicas();
     let asked = match (acks.chosen, promotable) {
-        (false, promotable) => acks.replicas.min(promotable.unwrap_or(0)),
+        // Not known yet (no majority of sentinels answered): one, to be safe.
+        (false, promotable) => acks.replicas.min(promotable.unwrap_or(1)),
         (true, Some(promotable)) if promotable < acks.replicas => acks
             .replicas
             .min(promotable.max(attached(c, acks.replicas)?)),
