@@ -499,7 +499,19 @@ fn cluster_settled(nodes: &[&NsServer]) -> bool {
             .map(|l| l.split_whitespace().collect())
             .collect();
         let role = |l: &Vec<&str>, r: &str| l.get(2).is_some_and(|f| f.split(',').any(|x| x == r));
-        lines.len() == 6
+        // Every node's slot map names a replica for every range: a replica that has not told
+        // the cluster its replication offset yet is left out of `CLUSTER SLOTS`, and a client
+        // that read the map then would count none and ask none to acknowledge its leases.
+        let slots: Vec<redis::Value> = match redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn) {
+            Ok(slots) => slots,
+            Err(_) => return false,
+        };
+        let replicas_named = !slots.is_empty()
+            && slots
+                .iter()
+                .all(|range| matches!(range, redis::Value::Array(parts) if parts.len() >= 4));
+        replicas_named
+            && lines.len() == 6
             && lines.iter().filter(|l| role(l, "master")).count() == 3
             && lines.iter().filter(|l| role(l, "slave")).count() == 3
             && lines.iter().all(|l| {
