@@ -189,7 +189,7 @@ impl ScriptCall {
         pipe.invoke_script(&self.invocation);
         pipe.cmd("WAIT")
             .arg(replicas)
-            .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+            .arg(crate::config::millis(timeout));
         let mut replies: Vec<redis::Value> = pipe.query(c)?;
         if replies.first().is_some_and(is_noscript) {
             // Redis lost its scripts: load this one, and send both once more.
@@ -458,7 +458,7 @@ impl Connections {
             if let Some((replicas, timeout)) = ask {
                 pipe.cmd("WAIT")
                     .arg(replicas)
-                    .arg(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
+                    .arg(crate::config::millis(timeout));
             }
             let mut replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
             if replies.iter().any(is_noscript) {

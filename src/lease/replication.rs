@@ -44,16 +44,26 @@ pub(crate) fn replicas_to_ask(
         return Ok(None);
     };
     let promotable = c.features().promotable_replicas();
+    // `ROLE` at most once per call, only when a rule below needs it.
+    let mut now_attached: Option<u32> = None;
+    let mut attached_now = |c: &mut Conn| -> redis::RedisResult<u32> {
+        if let Some(n) = now_attached {
+            return Ok(n);
+        }
+        let n = attached(c, acks.replicas)?;
+        now_attached = Some(n);
+        Ok(n)
+    };
     let asked = match (acks.chosen, promotable) {
         // Not known yet (no majority of sentinels answered): one, to be safe.
         (false, promotable) => acks.replicas.min(promotable.unwrap_or(1)),
-        (true, Some(promotable)) if promotable < acks.replicas => acks
-            .replicas
-            .min(promotable.max(attached(c, acks.replicas)?)),
+        (true, Some(promotable)) if promotable < acks.replicas => {
+            acks.replicas.min(promotable.max(attached_now(c)?))
+        }
         (true, _) => acks.replicas,
     };
     let asked = match (acks.chosen, write) {
-        (true, LeaseWrite::Renewal) if asked > 1 => asked.min(attached(c, asked)?.max(1)),
+        (true, LeaseWrite::Renewal) if asked > 1 => asked.min(attached_now(c)?.max(1)),
         _ => asked,
     };
     Ok((asked > 0).then_some((asked, acks.timeout)))
