@@ -689,3 +689,84 @@ fn acknowledged_locks_are_still_granted_when_the_masters_replica_dies() {
     }
     assert!(client.mutex("lonely").try_lock().unwrap().is_some());
 }
+
+/// Whether `master`'s own `CLUSTER SLOTS` names a replica for its ranges.
+fn names_a_replica(master: &RedisServer) -> bool {
+    let ranges: Vec<redis::Value> = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut master.conn())
+        .unwrap_or_default();
+    ranges.iter().any(|r| {
+        let redis::Value::Array(parts) = r else {
+            return false;
+        };
+        let port = |p: &redis::Value| match p {
+            redis::Value::Array(node) => node
+                .get(1)
+                .and_then(|v| redis::from_redis_value_ref::<i64>(v).ok()),
+            _ => None,
+        };
+        parts.get(2).and_then(port) == Some(i64::from(master.port()))
+            && parts.iter().skip(3).any(|p| port(p).is_some())
+    })
+}
+
+/// A client reads the slot map when it starts; a replica that joins a master later (or that
+/// the map left out while the cluster had not heard its replication offset) must still be
+/// asked to acknowledge leases by default, or a failover could promote a copy without the
+/// lock while its holder believes it holds it.
+#[test]
+fn a_replica_that_joins_after_the_map_was_read_is_asked_to_acknowledge_by_default() {
+    let _one = one_cluster();
+    let mut cluster = ClusterDeployment::start_masters();
+    let client = client(&cluster);
+    let key = "redmutex:{joined}";
+    drop(client.mutex("joined").lock().unwrap());
+    let master = index_of(&cluster, cluster.master_of(key).port());
+    assert_eq!(
+        cluster.nodes[master].command_calls("wait"),
+        0,
+        "no replica yet, yet the client asked for acknowledgements"
+    );
+
+    let replica = RedisServer::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+    ]);
+    let master_port = cluster.nodes[master].port();
+    let master_id = cluster.node_id(&cluster.nodes[master]);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("MEET")
+        .arg("127.0.0.1")
+        .arg(master_port)
+        .query(&mut replica.conn())
+        .unwrap();
+    assert!(
+        eventually(LIMIT, || redis::cmd("CLUSTER")
+            .arg("REPLICATE")
+            .arg(&master_id)
+            .query::<()>(&mut replica.conn())
+            .is_ok()),
+        "the new node did not learn of the master"
+    );
+    cluster.nodes.push(replica);
+    assert!(
+        eventually(LIMIT, || names_a_replica(&cluster.nodes[master])),
+        "the master's slot map never named its new replica"
+    );
+
+    // The client's map still names none; it reads the map again on its own.
+    let asked = eventually(Duration::from_secs(120), || {
+        drop(client.mutex("joined").lock().unwrap());
+        std::thread::sleep(Duration::from_millis(100));
+        cluster.nodes[master].command_calls("wait") > 0
+    });
+    assert!(
+        asked,
+        "the client never asked the replica that joined to acknowledge its leases"
+    );
+}

@@ -108,6 +108,14 @@ struct SlotMap {
 /// must not cost a `CLUSTER SLOTS`.
 const MIN_REFRESH_GAP: Duration = Duration::from_millis(200);
 
+/// How soon the map is read again after one that names a master without replicas, and the
+/// longest gap it then grows to while nothing changes: `CLUSTER SLOTS` leaves out a replica
+/// until the cluster has heard its replication offset, so a map read just after a replica
+/// joined names none, and a client that believed it would ask no replica to acknowledge its
+/// leases.
+const UNREPLICATED_RECHECK: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(60));
+
 impl SlotMap {
     /// Whether both maps give every slot to the same master at the same index.
     fn same_as(&self, other: &SlotMap) -> bool {
@@ -131,6 +139,11 @@ pub(crate) struct Cluster {
     last_error: Mutex<Option<Error>>,
     /// When the last refresh ended.
     refreshed_at: Mutex<Option<Instant>>,
+    /// While the map names a master without replicas: when to read it again, in nanoseconds
+    /// from `epoch` (0: no need), and the gap after that read if it still names none.
+    recheck_at: AtomicU64,
+    recheck_gap: Mutex<Duration>,
+    epoch: Instant,
 }
 
 /// The shard index that stands for "no master known for this slot".
@@ -145,7 +158,61 @@ impl Cluster {
             generation: AtomicU64::new(0),
             last_error: Mutex::new(None),
             refreshed_at: Mutex::new(None),
+            recheck_at: AtomicU64::new(0),
+            recheck_gap: Mutex::new(UNREPLICATED_RECHECK.0),
+            epoch: Instant::now(),
         }
+    }
+
+    /// Nanoseconds from `epoch` to now (never 0, which means "no recheck").
+    fn now_nanos(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Reads the map again when a recheck is due (a master had no replica in the last map):
+    /// one thread does, the others go on with the map they have; a read that fails leaves
+    /// the next recheck one gap later.
+    fn recheck_if_due(&self) {
+        let due = self.recheck_at.load(Ordering::Relaxed);
+        if due == 0 {
+            return;
+        }
+        let now = self.now_nanos();
+        if now < due {
+            return;
+        }
+        let gap = *self.recheck_gap.lock();
+        let next = now.saturating_add(u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX));
+        if self
+            .recheck_at
+            .compare_exchange(due, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.refresh_soon(None);
+        }
+    }
+
+    /// Plans the next recheck after a map was read: soon after a change, then ever more
+    /// seldom while the same masters still have no replica; none when every master has one.
+    fn plan_recheck(&self, unreplicated: bool, changed: bool) {
+        let mut gap = self.recheck_gap.lock();
+        if !unreplicated {
+            *gap = UNREPLICATED_RECHECK.0;
+            self.recheck_at.store(0, Ordering::Relaxed);
+            return;
+        }
+        let planned = self.recheck_at.load(Ordering::Relaxed) != 0;
+        *gap = if changed || !planned {
+            UNREPLICATED_RECHECK.0
+        } else {
+            (*gap * 2).min(UNREPLICATED_RECHECK.1)
+        };
+        let at = self
+            .now_nanos()
+            .saturating_add(u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX));
+        self.recheck_at.store(at, Ordering::Relaxed);
     }
 
     /// Loads the slot map again, unless a refresh ended less than `MIN_REFRESH_GAP` ago (or
@@ -214,12 +281,15 @@ impl Cluster {
                             .features()
                             .set_promotable_replicas(Some(*replicas));
                     }
-                    let changed = {
+                    let unreplicated = map.replicas.contains(&0);
+                    let (changed, replicas_changed) = {
                         let mut current = self.map.write();
                         let changed = !current.same_as(&map);
+                        let replicas_changed = current.replicas != map.replicas;
                         *current = map;
-                        changed
+                        (changed, replicas_changed)
                     };
+                    self.plan_recheck(unreplicated, changed || replicas_changed);
                     *self.last_error.lock() = None;
                     if changed {
                         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -365,6 +435,8 @@ impl Deployment for Cluster {
         let slot = usize::from(slot_of(route.as_bytes()));
         if self.map.read().shards.is_empty() {
             self.refresh_soon(None);
+        } else {
+            self.recheck_if_due();
         }
         match self.map.read().owner.get(slot) {
             Some(&owner) if owner != u16::MAX => usize::from(owner),
