@@ -3,6 +3,11 @@
 //! server; a failover under Sentinel and in a Cluster), stalled, and its connections are
 //! killed; a checker over the recorded history asserts the guarantees.
 //!
+//! Two more runs put the Sentinel deployment and the Cluster on three hosts (network
+//! namespaces) and add a partition: the master's host cut off from the other hosts, with the
+//! workers on it still writing to the resource. They need root and iproute2; elsewhere they
+//! print that they were skipped, except when `CI` is set, where they fail.
+//!
 //! The same harness runs longer as `cargo run --release --example fault_injection`.
 
 #[allow(dead_code)]
@@ -179,4 +184,47 @@ fn redlock_restarted_at_once_has_every_overlap_caught() {
         "{}",
         outcome.summary()
     );
+}
+
+/// Whether the partition runs can run here: prints why not and returns `false`, except when
+/// `CI` is set, where it panics (CI runs as root).
+fn partitions_usable() -> bool {
+    let Some(why) = harness::netns::unavailable() else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}; CI is set, where the partition runs must run");
+    }
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// Every fault and a partition, on three hosts; at least one partition cut a holder off with
+/// the master, and every guarantee held.
+fn run_with_partitions(topology: harness::Topology) {
+    if !partitions_usable() {
+        return;
+    }
+    let outcome = run_with(LockKind::Mutex, topology, &Fault::WITH_PARTITION, true);
+    let f = &outcome.findings;
+    assert_eq!(f.faults.get("partition"), Some(&2), "{}", outcome.summary());
+    assert!(
+        outcome.partitions_with_holder_cut_off >= 1,
+        "no partition cut a holder off with the master{}",
+        outcome.summary()
+    );
+}
+
+/// The master and a sentinel on one host, a replica and a sentinel on each of two others;
+/// the master's host is cut off, the other two fail over.
+#[test]
+fn mutex_keeps_its_guarantees_under_faults_and_partitions_on_sentinel() {
+    run_with_partitions(harness::Topology::Sentinel);
+}
+
+/// A master on each of three hosts, each master's replica on the next host; the host of the
+/// lock's master is cut off, the cluster promotes its replica.
+#[test]
+fn mutex_keeps_its_guarantees_under_faults_and_partitions_on_a_cluster() {
+    run_with_partitions(harness::Topology::Cluster);
 }

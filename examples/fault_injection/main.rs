@@ -10,12 +10,21 @@
 //! Sentinel or Cluster deployment, where the lost master is a failover instead of a restart)
 //! and the resource's.
 //!
+//! With `--partitions` (Sentinel or Cluster; needs root and iproute2), the lock's servers and
+//! the workers run on three hosts, network namespaces on a bridge, and one more fault cuts the
+//! host of the lock's master off from the other hosts — not from the resource, so workers cut
+//! off with the master can still write to it — preferably while a worker there holds the
+//! lock, until the other side failed over and another worker took the lock; then heals.
+//! `--partitions-only` injects that fault alone.
+//!
 //! ```text
 //! cargo run --release --example fault_injection                   # 20 rounds of 5 faults
 //! cargo run --release --example fault_injection -- --fair --rounds 100 --processes 8
 //! cargo run --release --example fault_injection -- --shared   # the value is the resource
 //! cargo run --release --example fault_injection -- --deployment cluster   # or sentinel, redlock
 //! cargo run --release --example fault_injection -- --deployment redlock --restart-at-once
+//! cargo run --release --example fault_injection -- --deployment sentinel --partitions
+//! cargo run --release --example fault_injection -- --deployment cluster --partitions-only
 //! ```
 
 mod harness;
@@ -23,6 +32,7 @@ mod harness;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use harness::faults::Fault;
 use harness::{AnyResult, Config};
 
 fn main() -> ExitCode {
@@ -71,7 +81,7 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
         threads: 4,
         kind: harness::LockKind::Mutex,
         topology: harness::Topology::Standalone,
-        faults: &harness::faults::Fault::ALL,
+        faults: &Fault::ALL,
         delayed_restart: true,
         lease: Duration::from_secs(1),
         rounds: 20,
@@ -91,6 +101,14 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
         }
         if flag == "--restart-at-once" {
             config.delayed_restart = false;
+            continue;
+        }
+        if flag == "--partitions" {
+            config.faults = &Fault::WITH_PARTITION;
+            continue;
+        }
+        if flag == "--partitions-only" {
+            config.faults = &[Fault::Partition];
             continue;
         }
         let value = it.next().ok_or(format!("{flag} needs a value"))?;
@@ -116,6 +134,14 @@ fn parse_args(args: Vec<String>) -> AnyResult<Config> {
     }
     if config.kind != harness::LockKind::Mutex && config.topology == harness::Topology::Redlock {
         return Err("--fair and --shared do not apply to a Redlock".into());
+    }
+    if config.faults.contains(&Fault::Partition)
+        && !matches!(
+            config.topology,
+            harness::Topology::Sentinel | harness::Topology::Cluster
+        )
+    {
+        return Err("--partitions needs --deployment sentinel or cluster".into());
     }
     if config.lease < Duration::from_millis(100) {
         return Err("--lease-ms must be at least 100".into());

@@ -5,9 +5,9 @@
 //! host and from the test by taking its link down.
 //!
 //! Needs root and iproute2 (`ip`); [`usable`] says whether the tests can run, and fails them
-//! when `CI` is set. Names start with `rmx`, the process id (base 36) and a counter, so tests
-//! of one binary and several binaries at once do not collide; what a crashed run left behind
-//! (its process is gone) is removed by the next run. Everything a [`Net`] made is removed when
+//! when `CI` is set. Names carry the process id and a counter, so tests of one binary and
+//! several binaries at once do not collide; what a crashed run left behind (its process is
+//! gone) is removed by the next run (`namespaces`, shared with the fault-injection soak). Everything a [`Net`] made is removed when
 //! it is dropped, also when a test fails.
 //!
 //! A helper prints events on its stdout as `@@ev <kind> [<args>…] <t>`, `t` being
@@ -17,10 +17,13 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "../../examples/fault_injection/harness/namespaces.rs"]
+mod namespaces;
+use namespaces::{free_subnet, ip, kill_namespace_processes, next_id, remove_stale};
 
 /// What a test prints when it cannot run here.
 pub const SKIP: &str = "skipped: needs root and iproute2 for network namespaces";
@@ -28,19 +31,10 @@ pub const SKIP: &str = "skipped: needs root and iproute2 for network namespaces"
 /// Whether network namespaces can be made here (root, and `ip` installed). Prints why not
 /// and returns `false`, except when `CI` is set: there it panics (CI runs as root).
 pub fn usable() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ip = Command::new("ip")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if root && ip {
+    let Err(missing) = namespaces::root_and_ip() else {
         return true;
-    }
-    let why =
-        format!("{SKIP} (root: {root}, `ip` found: {ip}; on Debian, `apt-get install iproute2`)");
+    };
+    let why = format!("{SKIP} ({missing})");
     if std::env::var_os("CI").is_some() {
         panic!("{why}; CI is set, where these tests must run");
     }
@@ -61,112 +55,11 @@ pub fn now_us() -> u64 {
     ts.tv_sec as u64 * 1_000_000 + ts.tv_nsec as u64 / 1_000
 }
 
-/// Runs `ip ARGS`; the error carries its stderr.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running ip {}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {} failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
 fn ip_or_panic(args: &[&str]) {
     if let Err(e) = ip(args) {
         panic!("{e}");
     }
 }
-
-fn ip_output(args: &[&str]) -> String {
-    Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
-const PREFIX: &str = "rmx";
-
-fn base36(mut n: u32) -> String {
-    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
-    let mut out = Vec::new();
-    loop {
-        out.push(DIGITS[(n % 36) as usize]);
-        n /= 36;
-        if n == 0 {
-            break;
-        }
-    }
-    out.reverse();
-    String::from_utf8(out).expect("ascii")
-}
-
-/// The process that made `name` (`rmx<pid36>-<n><kind>…`), when `name` is one of ours.
-fn owner_of(name: &str) -> Option<u32> {
-    let rest = name.strip_prefix(PREFIX)?;
-    let (pid, tail) = rest.split_once('-')?;
-    let counter_len = tail.chars().take_while(char::is_ascii_digit).count();
-    if counter_len == 0 || !matches!(tail[counter_len..].chars().next(), Some('b' | 'v' | 'h')) {
-        return None;
-    }
-    u32::from_str_radix(pid, 36).ok()
-}
-
-fn process_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-}
-
-/// SIGKILLs every process in namespace `ns`.
-fn kill_namespace_processes(ns: &str) {
-    for pid in ip_output(&["netns", "pids", ns]).split_whitespace() {
-        if let Ok(pid) = pid.parse::<i32>() {
-            // SAFETY: kill has no memory-safety preconditions.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-/// Removes namespaces and links that an earlier run of a process that is gone left behind.
-fn remove_stale() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        for line in ip_output(&["netns", "list"]).lines() {
-            let Some(name) = line.split_whitespace().next() else {
-                continue;
-            };
-            if owner_of(name).is_some_and(|pid| !process_alive(pid)) {
-                kill_namespace_processes(name);
-                let _ = ip(&["netns", "del", name]);
-            }
-        }
-        for line in ip_output(&["-o", "link", "show"]).lines() {
-            // `7: rmx1a2b-0v1@if2: <…` — the name is the second field, before any `@`.
-            let Some(field) = line.split_whitespace().nth(1) else {
-                continue;
-            };
-            let name = field.trim_end_matches(':');
-            let name = name.split('@').next().unwrap_or(name);
-            if owner_of(name).is_some_and(|pid| !process_alive(pid)) {
-                let _ = ip(&["link", "del", name]);
-            }
-        }
-    });
-}
-
-static NEXT_NET: AtomicU32 = AtomicU32::new(0);
 
 /// A bridge and the hosts attached to it. Dropping it kills every process in its hosts and
 /// removes the namespaces, the veth pairs and the bridge.
@@ -193,11 +86,9 @@ impl Net {
     pub fn new(hosts: usize) -> Net {
         assert!((1..=9).contains(&hosts), "1 to 9 hosts");
         remove_stale();
-        let pid = std::process::id();
-        let n = NEXT_NET.fetch_add(1, Ordering::Relaxed);
-        assert!(n < 1000, "too many networks in one process");
-        let id = format!("{PREFIX}{}-{n}", base36(pid));
-        let (x, y) = free_subnet(pid, n);
+        let id = next_id();
+        // Away from the soak's 60..100.
+        let (x, y) = free_subnet(100..250).expect("a free 10.x.y.0/24 subnet");
         let mut net = Net {
             bridge: None,
             gateway: format!("10.{x}.{y}.1"),
@@ -267,22 +158,6 @@ impl Net {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-}
-
-/// A 10.x.y.0/24 derived from the process id and the network's number, skipping one that
-/// an address of this machine already uses.
-fn free_subnet(pid: u32, n: u32) -> (u32, u32) {
-    const SPAN: u32 = 150 * 256;
-    let used = ip_output(&["-o", "-4", "addr", "show"]);
-    let start = (pid.wrapping_mul(64).wrapping_add(n.wrapping_mul(7))) % SPAN;
-    for k in 0..SPAN {
-        let v = (start + k) % SPAN;
-        let (x, y) = (100 + v / 256, v % 256);
-        if !used.contains(&format!("inet 10.{x}.{y}.")) {
-            return (x, y);
-        }
-    }
-    panic!("no free 10.x.y.0/24 subnet");
 }
 
 impl Drop for Net {

@@ -15,16 +15,32 @@ pub enum Fault {
     KillConnections,
     /// `DEBUG SLEEP` the lock's Redis for longer than the lease.
     SleepRedis,
+    /// Cut the host of the lock's master (a network namespace, with a sentinel or other
+    /// masters' nodes and worker processes) off from the other hosts — not from the fenced
+    /// resource — preferably while a worker on it holds the lock, until the other side has
+    /// failed over and another worker took the lock; then heal. Sentinel and Cluster only,
+    /// on hosts (see [`super::netns`]).
+    Partition,
 }
 
 impl Fault {
-    /// Every kind, in the order a round injects them before shuffling.
+    /// Every kind that needs no hosts, in the order a round injects them before shuffling.
     pub const ALL: [Fault; 5] = [
         Fault::KillHolder,
         Fault::StopHolder,
         Fault::LoseMaster,
         Fault::KillConnections,
         Fault::SleepRedis,
+    ];
+
+    /// [`ALL`](Fault::ALL) and a partition.
+    pub const WITH_PARTITION: [Fault; 6] = [
+        Fault::KillHolder,
+        Fault::StopHolder,
+        Fault::LoseMaster,
+        Fault::KillConnections,
+        Fault::SleepRedis,
+        Fault::Partition,
     ];
 
     /// The name the history records.
@@ -35,6 +51,7 @@ impl Fault {
             Fault::LoseMaster => "lose-master",
             Fault::KillConnections => "client-kill",
             Fault::SleepRedis => "debug-sleep",
+            Fault::Partition => "partition",
         }
     }
 }

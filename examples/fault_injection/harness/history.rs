@@ -8,7 +8,8 @@
 //! more with its release; the driver records the value left at the end (`Z`). A release that
 //! succeeded held the lock throughout, so the reads of those holds form a chain: each reads
 //! what the one before wrote, plus at most one for each hold in between whose release had an
-//! unknown outcome. Only a lost master (a restart, a failover) may break the chain.
+//! unknown outcome. Only a lost master (a restart, a failover, a partition's failover) may
+//! break the chain.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -227,7 +228,7 @@ fn check_value_chain(lines: &[String], holds: &[Hold], f: &mut Findings) {
     for (i, line) in lines.iter().enumerate() {
         let fields: Vec<&str> = line.split(' ').collect();
         match fields.as_slice() {
-            ["F", edge, "lose-master", ..] => {
+            ["F", edge @ ("start" | "end"), "lose-master" | "partition", ..] => {
                 events.push((
                     i,
                     Event::LoseMaster {
@@ -384,6 +385,37 @@ mod tests {
         assert_eq!(f.value_updates, 3);
         assert_eq!(f.value_resets_explained, 1);
         assert_eq!(f.value_chain_breaks, 0);
+    }
+
+    #[test]
+    fn a_partitions_failover_explains_a_reset_but_its_other_marks_do_not_end_it() {
+        let f = check(&lines(
+            "B 1 0.0 1
+             V 1 0.0 0
+             E 1 0.0
+             R 1 0.0 0 ok
+             F start partition
+             F cut partition 0
+             F promoted partition 10.60.0.11:6379
+             B 2 1.0 2
+             V 2 1.0 0
+             E 2 1.0
+             R 2 1.0 0 ok
+             F heal partition 0
+             F end partition
+             B 3 1.1 2
+             V 3 1.1 1
+             E 3 1.1
+             R 3 1.1 0 ok
+             B 4 0.1 1
+             V 4 0.1 7
+             E 4 0.1
+             R 4 0.1 0 ok",
+        ));
+        assert_eq!(f.faults.get("partition"), Some(&1));
+        assert!(f.malformed.is_empty(), "{:?}", f.malformed);
+        assert_eq!(f.value_resets_explained, 1);
+        assert_eq!(f.value_chain_breaks, 1, "{:?}", f.value_chain_examples);
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! A fault-injection run: worker processes take one lock and write to a fenced resource while
-//! a driver kills, stops and disconnects them and restarts and stalls Redis; a checker then
-//! reads the recorded history.
+//! a driver kills, stops and disconnects them, restarts and stalls Redis and (on hosts made of
+//! network namespaces) cuts the master's host off from the others; a checker then reads the
+//! recorded history.
 
 pub mod deployment;
 pub mod driver;
 pub mod faults;
 pub mod history;
+pub mod namespaces;
+pub mod netns;
 pub mod resource;
 pub mod servers;
 pub mod worker;
@@ -52,7 +55,10 @@ pub struct Config {
     pub kind: LockKind,
     /// What the lock's Redis is.
     pub topology: Topology,
-    /// The kinds of fault to inject (each round injects each once, in a random order).
+    /// The kinds of fault to inject (each round injects each once, in a random order). With
+    /// [`Partition`](faults::Fault::Partition) (Sentinel and Cluster only), the lock's
+    /// servers and the workers run on three hosts, network namespaces; where they cannot be
+    /// made (no root, no iproute2), the partition is left out with a note.
     pub faults: &'static [faults::Fault],
     /// For a Redlock, the lost master is one instance restarted empty after one lease (the
     /// delayed-restart rule); `false`: two instances, a majority, restarted empty at once.
@@ -150,6 +156,15 @@ impl Outcome {
             "holder faults that hit a hold",
             self.holder_faults_on_a_hold.to_string(),
         );
+        if let Some(partitions) = f.faults.get(faults::Fault::Partition.name()) {
+            line(
+                "partitions that cut a holder off",
+                format!("{} of {partitions}", self.partitions_with_holder_cut_off),
+            );
+        }
+        if let Some(why) = &self.left_out {
+            line("partition fault left out", why.clone());
+        }
         line("fenced writes accepted", f.writes_accepted.to_string());
         line("stale writes rejected", f.stale_writes_rejected.to_string());
         line(

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use super::AnyResult;
 
-/// Accepts a write (`W`) only if its token is not below the highest accepted; records every
-/// event. Tokens are compared as decimal strings, by length first, so no precision is lost.
+/// Accepts a write (`W`) only if its token is not below the highest accepted (returns 1 or
+/// 0); records every event (any other returns the history's length, its line's number plus
+/// one). Tokens are compared as decimal strings, by length first, so no precision is lost.
 const EVENT_LUA: &str = r#"
 local kind = ARGV[1]
 if kind == 'W' then
@@ -22,8 +23,7 @@ if kind == 'W' then
 end
 if kind == 'B' then redis.call('SET', KEYS[3], ARGV[4]) end
 if kind == 'E' then redis.call('DEL', KEYS[3]) end
-redis.call('RPUSH', KEYS[1], table.concat(ARGV, ' '))
-return 1
+return redis.call('RPUSH', KEYS[1], table.concat(ARGV, ' '))
 "#;
 
 /// The keys of one run in the resource server.
@@ -65,20 +65,21 @@ impl Resource {
         })
     }
 
-    fn event(&mut self, fields: &[&str]) -> AnyResult<bool> {
-        let accepted: i64 = self
+    /// Records an event; what the script returns.
+    fn event(&mut self, fields: &[&str]) -> AnyResult<i64> {
+        let returned: i64 = self
             .script
             .key(&self.keys.log)
             .key(&self.keys.max)
             .key(&self.keys.holder)
             .arg(fields)
             .invoke(&mut self.conn)?;
-        Ok(accepted == 1)
+        Ok(returned)
     }
 
     /// A fenced write; returns whether the resource accepted it.
     pub fn write(&mut self, token: u64, worker: &str) -> AnyResult<bool> {
-        self.event(&["W", &token.to_string(), worker])
+        Ok(self.event(&["W", &token.to_string(), worker])? == 1)
     }
 
     /// The start of a hold (sent after the acquire returned).
@@ -110,6 +111,32 @@ impl Resource {
     /// here), `Z` (the shared value at the end).
     pub fn note(&mut self, fields: &[&str]) -> AnyResult<()> {
         self.event(fields).map(drop)
+    }
+
+    /// Like [`note`](Self::note); returns the number of the event's line in the history.
+    pub fn mark(&mut self, fields: &[&str]) -> AnyResult<usize> {
+        let length = self.event(fields)?;
+        Ok(usize::try_from(length - 1)?)
+    }
+
+    /// The lines of the history from line `from` (counted from 0) on.
+    pub fn lines_from(&mut self, from: usize) -> AnyResult<Vec<String>> {
+        let lines: Vec<String> = redis::cmd("LRANGE")
+            .arg(&self.keys.log)
+            .arg(from)
+            .arg(-1)
+            .query(&mut self.conn)?;
+        Ok(lines)
+    }
+
+    /// Lines `from..=to` of the history.
+    pub fn lines(&mut self, from: usize, to: usize) -> AnyResult<Vec<String>> {
+        let lines: Vec<String> = redis::cmd("LRANGE")
+            .arg(&self.keys.log)
+            .arg(from)
+            .arg(to)
+            .query(&mut self.conn)?;
+        Ok(lines)
     }
 
     /// The pid of the process that sent the last `B` not yet followed by an `E`.

@@ -1,5 +1,6 @@
-//! `redis-server` processes of the run's own, on free loopback ports, with no persistence, so
-//! that a restart loses every lock exactly as an unpersisted production server would.
+//! `redis-server` processes of the run's own, with no persistence, so that a restart loses
+//! every lock exactly as an unpersisted production server would: on free loopback ports, or,
+//! for the partition fault, on a host's address inside its network namespace.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -10,6 +11,7 @@ use super::AnyResult;
 
 /// A `redis-server` owned by the run; killed and its directory removed when dropped.
 pub struct RedisProcess {
+    at: At,
     port: u16,
     dir: PathBuf,
     child: Option<Child>,
@@ -21,8 +23,35 @@ pub struct RedisProcess {
 pub enum Role {
     /// A data node, with these arguments besides the usual ones.
     Data(Vec<String>),
-    /// A sentinel monitoring the master at this port under this name.
-    Sentinel { master: String, master_port: u16 },
+    /// A sentinel monitoring the master at this address under this name (quorum 2), with
+    /// these lines of `sentinel.conf` besides (`sentinel down-after-milliseconds …`).
+    Sentinel {
+        master: String,
+        master_host: String,
+        master_port: u16,
+        settings: String,
+    },
+}
+
+/// Where a server runs: the address it binds (and is reached at), the host (network
+/// namespace) it runs in, if any, and its port, if fixed.
+#[derive(Clone)]
+pub struct At {
+    pub ip: String,
+    /// The host's index and namespace.
+    pub host: Option<(usize, String)>,
+    pub port: Option<u16>,
+}
+
+impl At {
+    /// A free port on 127.0.0.1, in the root namespace.
+    pub fn loopback() -> At {
+        At {
+            ip: "127.0.0.1".to_owned(),
+            host: None,
+            port: None,
+        }
+    }
 }
 
 /// The server binary to start: `$REDMUTEX_SERVER` (a path), else `redis-server`.
@@ -48,13 +77,19 @@ fn takes_debug_setting(binary: &str) -> bool {
 }
 
 impl RedisProcess {
-    /// Starts a standalone server on a free port; `tag` names its directory.
+    /// Starts a standalone server on a free loopback port; `tag` names its directory.
     pub fn start(tag: &str) -> AnyResult<RedisProcess> {
         RedisProcess::start_as(tag, Role::Data(Vec::new()))
     }
 
-    /// Starts a server in `role` on a free port; `tag` names its directory.
+    /// Starts a server in `role` on a free loopback port; `tag` names its directory.
     pub fn start_as(tag: &str, role: Role) -> AnyResult<RedisProcess> {
+        RedisProcess::start_at(tag, role, At::loopback())
+    }
+
+    /// Starts a server in `role` at `at` (on a free port of its address unless it names
+    /// one); `tag` names its directory.
+    pub fn start_at(tag: &str, role: Role, at: At) -> AnyResult<RedisProcess> {
         let dir = std::env::temp_dir().join(format!(
             "redmutex-faults-{}-{tag}-{}",
             std::process::id(),
@@ -63,8 +98,12 @@ impl RedisProcess {
         std::fs::create_dir_all(&dir)?;
         let mut last = String::new();
         for _ in 0..10 {
-            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let port = match at.port {
+                Some(port) => port,
+                None => TcpListener::bind((at.ip.as_str(), 0))?.local_addr()?.port(),
+            };
             let mut server = RedisProcess {
+                at: at.clone(),
                 port,
                 dir: dir.clone(),
                 child: None,
@@ -75,17 +114,35 @@ impl RedisProcess {
                 Err(e) => last = e.to_string(),
             }
         }
+        let _ = std::fs::remove_dir_all(&dir);
         Err(format!("could not start redis-server: {last}").into())
     }
 
     fn spawn(&mut self) -> AnyResult<()> {
         let binary = server_binary();
-        let mut command = Command::new(&binary);
+        let mut command = match &self.at.host {
+            // `ip netns exec` execs the server: the child's pid is the server's.
+            Some((_, ns)) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", ns]).arg(&binary);
+                command
+            }
+            None => Command::new(&binary),
+        };
+        // Off loopback, clients come from other addresses: no protected mode.
+        let protected = if self.at.ip == "127.0.0.1" {
+            ""
+        } else {
+            "protected-mode no\n"
+        };
         match &self.role {
             Role::Data(extra) => {
                 command
-                    .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--port", &self.port.to_string(), "--bind", &self.at.ip])
                     .args(["--save", "", "--appendonly", "no"]);
+                if !protected.is_empty() {
+                    command.args(["--protected-mode", "no"]);
+                }
                 if takes_debug_setting(&binary) {
                     command.args(["--enable-debug-command", "yes"]);
                 }
@@ -97,18 +154,19 @@ impl RedisProcess {
             }
             Role::Sentinel {
                 master,
+                master_host,
                 master_port,
+                settings,
             } => {
                 // A sentinel rewrites its configuration file: it needs one of its own.
                 let conf = self.dir.join("sentinel.conf");
                 std::fs::write(
                     &conf,
                     format!(
-                        "port {}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
-                         sentinel monitor {master} 127.0.0.1 {master_port} 2\n\
-                         sentinel down-after-milliseconds {master} 5000\n\
-                         sentinel failover-timeout {master} 5000\n",
+                        "port {}\nbind {}\n{protected}dir {}\nlogfile sentinel.log\n\
+                         sentinel monitor {master} {master_host} {master_port} 2\n{settings}",
                         self.port,
+                        self.at.ip,
                         self.dir.display()
                     ),
                 )?;
@@ -129,7 +187,7 @@ impl RedisProcess {
                     return Err(format!("redis-server exited at start: {status}").into());
                 }
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if TcpStream::connect((self.at.ip.as_str(), self.port)).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -144,9 +202,19 @@ impl RedisProcess {
         self.port
     }
 
-    /// `redis://127.0.0.1:<port>/`
+    /// `ip:port`
+    pub fn addr(&self) -> String {
+        format!("{}:{}", self.at.ip, self.port)
+    }
+
+    /// The host (network namespace) it runs in, if any.
+    pub fn host(&self) -> Option<usize> {
+        self.at.host.as_ref().map(|(i, _)| *i)
+    }
+
+    /// `redis://<ip>:<port>/`
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}/", self.addr())
     }
 
     /// A plain connection with generous timeouts, for the driver.
