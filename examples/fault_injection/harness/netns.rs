@@ -19,7 +19,7 @@
 
 use std::cell::Cell;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::namespaces::{
     free_subnet, ip, kill_namespace_processes, next_id, remove_stale, root_and_ip,
