@@ -10,9 +10,19 @@
 //! 2. Idle waiters: Redis commands per second (script internals included) and script calls
 //!    per second while waiters wait for a held lock: 100 threads of one process on a `Mutex`,
 //!    the same on a `FairMutex`, and 10 processes x 10 threads on a `Mutex`.
+//! 3. Beside redis-py: N processes x T threads take one lock in a loop with an empty critical
+//!    section (4 x 2, then 4 x 1), with a `Mutex`, a `FairMutex` and redis-py's `Lock` on its
+//!    defaults (blocking `acquire`, polling every 0.1 s), interleaved within each round. Reports
+//!    hand-offs per second, the wait of each acquire (p50/p99/p99.9), Redis commands per
+//!    acquisition and the reads Redis made from client sockets per acquisition (one per round
+//!    trip), Jain's fairness index over the threads, and the share of hand-offs whose next
+//!    holder runs in the same process as the previous one.
 //!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
+//! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle` and `peers`) runs only those
+//! sections; their figures then replace their own keys in an existing `contended.json`, and
+//! the others are kept.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -24,6 +34,45 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redmutex::Client;
 use support::RedisServer;
+
+/// Who takes the lock in a hand-off run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Contender {
+    Mutex,
+    FairMutex,
+    /// redis-py's `Lock` on its defaults, in Python processes.
+    RedisPy,
+}
+
+impl Contender {
+    const ALL: [Contender; 3] = [Contender::Mutex, Contender::FairMutex, Contender::RedisPy];
+
+    fn key(self) -> &'static str {
+        match self {
+            Contender::Mutex => "mutex",
+            Contender::FairMutex => "fair_mutex",
+            Contender::RedisPy => "redis_py",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Contender::Mutex => "Mutex",
+            Contender::FairMutex => "FairMutex",
+            Contender::RedisPy => "redis-py",
+        }
+    }
+}
+
+/// One hand-off run: `processes` x `threads` take the lock `name` in a loop for `run`, each
+/// holding it for `hold` (none: an empty critical section).
+struct Workload<'a> {
+    name: &'a str,
+    hold: Duration,
+    processes: usize,
+    threads: usize,
+    run: Duration,
+}
 
 struct Mode {
     processes: usize,
@@ -37,6 +86,10 @@ struct Mode {
     idle_threads: usize,
     /// How long that case is measured: two re-check periods of the default settings.
     idle_processes_hold: Duration,
+    /// Processes x threads of the runs beside redis-py.
+    peer_shapes: [(usize, usize); 2],
+    /// How long each of those runs is measured.
+    peer_run: Duration,
     measuring: bool,
 }
 
@@ -68,6 +121,8 @@ fn mode_defaults() -> Mode {
             idle_processes: 10,
             idle_threads: 10,
             idle_processes_hold: Duration::from_secs(21),
+            peer_shapes: [(4, 2), (4, 1)],
+            peer_run: Duration::from_secs(4),
             measuring: true,
         }
     } else {
@@ -81,6 +136,8 @@ fn mode_defaults() -> Mode {
             idle_processes: 2,
             idle_threads: 2,
             idle_processes_hold: Duration::from_millis(500),
+            peer_shapes: [(2, 2), (2, 1)],
+            peer_run: Duration::from_millis(300),
             measuring: false,
         }
     }
@@ -102,20 +159,22 @@ const HOLD: Duration = Duration::from_micros(200);
 /// lock) to be made, so that the run counts what acquisitions cost, not what starting costs.
 const WARM_UP: Duration = Duration::from_millis(800);
 
-/// Takes the lock once and holds it briefly; returns when it was asked for and acquired, and
-/// the middle of its release.
-fn take_once(client: &Client, fair: bool) -> (u64, u64, u64) {
+/// Takes the lock `name` once and holds it for `hold`; returns when it was asked for and
+/// acquired, and the middle of its release.
+fn take_once(client: &Client, fair: bool, name: &str, hold: Duration) -> (u64, u64, u64) {
     let asked = now_ns();
     let guard = if fair {
-        client.fair_mutex("handoff").lock()
+        client.fair_mutex(name).lock()
     } else {
-        client.mutex("handoff").lock()
+        client.mutex(name).lock()
     }
     .expect("lock");
     let acquired = now_ns();
     // A brief critical section that waits on I/O, as most do: it leaves the CPU to others (a
-    // busy loop here would measure the 2-core machine).
-    std::thread::sleep(HOLD);
+    // busy loop here would measure the 2-core machine). None at all for an empty one.
+    if !hold.is_zero() {
+        std::thread::sleep(hold);
+    }
     let release_start = now_ns();
     guard.unlock().expect("unlock");
     // The lock became free in Redis during the release call: take its middle.
@@ -123,18 +182,21 @@ fn take_once(client: &Client, fair: bool) -> (u64, u64, u64) {
     (asked, acquired, released)
 }
 
-/// A worker process: `threads` threads take the lock for the warm-up, then the process prints
+/// A worker process (arguments: URL, `fair` or `plain`, threads, run in ms, worker id, lock
+/// name, hold in us): `threads` threads take the lock for the warm-up, then the process prints
 /// `READY` and waits for a line on its input; then the threads take the lock until `run` is
 /// over, and the process prints one line per acquisition: `EV <thread> <asked_ns>
 /// <acquired_ns> <released_ns>`, then the client's acquire attempts and acquisitions during
-/// the run, and of those the locks handed over by a release without an attempt: `ST
-/// <attempts> <acquisitions> <handed over>`, then `END`; it exits when its input closes.
+/// the run, and of those the locks handed over by a release or passed on within the client,
+/// both without an attempt: `ST <attempts> <acquisitions> <without an attempt>`, then `END`; it exits when its input closes.
 fn worker(args: &[String]) {
     let url = &args[0];
     let fair = args[1] == "fair";
     let threads: usize = args[2].parse().expect("threads");
     let run = Duration::from_millis(args[3].parse().expect("run ms"));
     let id: usize = args[4].parse().expect("worker id");
+    let name: Arc<str> = Arc::from(args[5].as_str());
+    let hold = Duration::from_micros(args[6].parse().expect("hold us"));
     let client = Client::open(url.as_str()).expect("client");
     let (warmed, go) = (
         Arc::new(Barrier::new(threads + 1)),
@@ -143,17 +205,18 @@ fn worker(args: &[String]) {
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let (client, warmed, go) = (client.clone(), Arc::clone(&warmed), Arc::clone(&go));
+            let name = Arc::clone(&name);
             std::thread::spawn(move || {
                 let warm_up = Instant::now();
                 while warm_up.elapsed() < WARM_UP {
-                    take_once(&client, fair);
+                    take_once(&client, fair, &name, hold);
                 }
                 warmed.wait();
                 go.wait();
                 let start = Instant::now();
                 let mut events = Vec::new();
                 while start.elapsed() < run {
-                    events.push(take_once(&client, fair));
+                    events.push(take_once(&client, fair, &name, hold));
                 }
                 (t, events)
             })
@@ -181,12 +244,102 @@ fn worker(args: &[String]) {
         "ST {} {} {}",
         stats.attempts - before.attempts,
         stats.acquisitions - before.acquisitions,
-        stats.handed_over - before.handed_over
+        (stats.handed_over + stats.passed_on) - (before.handed_over + before.passed_on)
     );
     let _ = writeln!(out, "END");
     let _ = out.flush();
     // Stay connected until the parent counted the commands.
     let _ = std::io::copy(&mut stdin.lock(), &mut std::io::sink());
+}
+
+/// A redis-py worker process, with the arguments and output of [`worker`] (no `ST` line): each
+/// thread has its own `Lock` from `r.lock(name)`, on redis-py's defaults (no lease, a blocking
+/// `acquire` that tries `SET NX` every 0.1 s), and its last argument is the warm-up in seconds.
+const PY_WORKER: &str = r#"
+import os, sys, threading, time
+import redis
+
+url, threads, run = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) / 1e3
+wid, name, hold, warm_up = int(sys.argv[4]), sys.argv[5], int(sys.argv[6]) / 1e6, float(sys.argv[7])
+
+def die(args):
+    sys.__excepthook__(args.exc_type, args.exc_value, args.exc_traceback)
+    os._exit(1)
+
+threading.excepthook = die
+r = redis.Redis.from_url(url)
+warmed, go = threading.Barrier(threads + 1), threading.Barrier(threads + 1)
+events = [[] for _ in range(threads)]
+
+def take_once(lock):
+    asked = time.time_ns()
+    lock.acquire()
+    acquired = time.time_ns()
+    if hold > 0:
+        time.sleep(hold)
+    release_start = time.time_ns()
+    lock.release()
+    return asked, acquired, release_start + (time.time_ns() - release_start) // 2
+
+def body(t):
+    lock = r.lock(name)
+    start = time.monotonic()
+    while time.monotonic() - start < warm_up:
+        take_once(lock)
+    warmed.wait()
+    go.wait()
+    start = time.monotonic()
+    while time.monotonic() - start < run:
+        events[t].append(take_once(lock))
+
+handles = [threading.Thread(target=body, args=(t,)) for t in range(threads)]
+for h in handles:
+    h.start()
+warmed.wait()
+print("READY", flush=True)
+sys.stdin.readline()
+go.wait()
+for h in handles:
+    h.join()
+out = ["EV %d %d %d %d" % (wid * 1000 + t, *e) for t in range(threads) for e in events[t]]
+out.append("END")
+sys.stdout.write("\n".join(out) + "\n")
+sys.stdout.flush()
+# Stay connected until the parent counted the commands.
+sys.stdin.read()
+"#;
+
+/// Where redis-py is installed for this benchmark (once per build directory, shared with
+/// `tests/mixed_fleet.rs`).
+fn redis_py() -> &'static std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-redis");
+        if !dir.join("redis").join("__init__.py").exists() {
+            let install = |extra: &[&str]| {
+                Command::new("python3")
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                    ])
+                    .args(extra)
+                    .arg("--target")
+                    .arg(&dir)
+                    .arg("redis>=4.5,<7")
+                    .env("PIP_ROOT_USER_ACTION", "ignore")
+                    .status()
+                    .expect("python3 with pip (scripts/ensure-redis installs them)")
+                    .success()
+            };
+            // A Debian Python refuses installs it does not manage unless told.
+            let installed = install(&[]) || install(&["--break-system-packages"]);
+            assert!(installed, "pip could not install redis-py");
+        }
+        dir
+    })
 }
 
 /// Commands that only the crate's scripts run in this benchmark: counting them apart tells
@@ -205,17 +358,34 @@ struct Counts {
     sent: u64,
     /// Script calls (`EVALSHA`).
     scripts: u64,
+    /// `SET` calls: script internals for the crate, sent by redis-py (whose release script
+    /// runs only `GET` and `DEL`).
+    set: u64,
+    /// Reads Redis made from client sockets (`total_reads_processed`): one per round trip,
+    /// whatever a round trip carried.
+    reads: u64,
 }
 
 fn command_counts(server: &RedisServer) -> Counts {
+    let mut conn = server.conn();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query(&mut server.conn())
+        .query(&mut conn)
+        .expect("INFO");
+    let stats: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut conn)
         .expect("INFO");
     let mut counts = Counts {
         all: 0,
         sent: 0,
         scripts: 0,
+        set: 0,
+        reads: stats
+            .lines()
+            .find_map(|l| l.strip_prefix("total_reads_processed:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0),
     };
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
@@ -235,6 +405,9 @@ fn command_counts(server: &RedisServer) -> Counts {
         }
         if name == "evalsha" {
             counts.scripts += calls;
+        }
+        if name == "set" {
+            counts.set += calls;
         }
     }
     counts
@@ -348,25 +521,54 @@ struct HandoffResult {
     handoff_p99_us: f64,
     wait_p50_us: f64,
     wait_p99_us: f64,
+    wait_p999_us: f64,
     commands_per_acquisition: f64,
     sent_per_acquisition: f64,
+    /// Reads Redis made from client sockets (one per round trip), per acquisition.
+    reads_per_acquisition: f64,
     jain: f64,
     acquisitions: usize,
     /// Acquire attempts that did not take the lock, per acquisition.
     failed_attempts_per_acquisition: f64,
+    /// The share of hand-offs (consecutive acquisitions) whose next holder runs in the same
+    /// process as the previous one.
+    local_share: f64,
 }
 
-fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult {
+fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) -> HandoffResult {
     let exe = std::env::current_exe().expect("bench binary");
-    let mut children: Vec<_> = (0..mode.processes)
+    let mut children: Vec<_> = (0..load.processes)
         .map(|id| {
-            Command::new(&exe)
-                .arg("worker")
-                .arg(server.url())
-                .arg(if fair { "fair" } else { "plain" })
-                .arg(mode.threads.to_string())
-                .arg(mode.run.as_millis().to_string())
+            let mut command = match contender {
+                Contender::RedisPy => {
+                    let mut c = Command::new("python3");
+                    c.arg("-c").arg(PY_WORKER).env("PYTHONPATH", redis_py());
+                    c
+                }
+                Contender::Mutex | Contender::FairMutex => {
+                    let mut c = Command::new(&exe);
+                    c.arg("worker");
+                    c
+                }
+            };
+            command.arg(server.url());
+            if contender != Contender::RedisPy {
+                command.arg(if contender == Contender::FairMutex {
+                    "fair"
+                } else {
+                    "plain"
+                });
+            }
+            command
+                .arg(load.threads.to_string())
+                .arg(load.run.as_millis().to_string())
                 .arg(id.to_string())
+                .arg(load.name)
+                .arg(load.hold.as_micros().to_string());
+            if contender == Contender::RedisPy {
+                command.arg(WARM_UP.as_secs_f64().to_string());
+            }
+            command
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -414,7 +616,12 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
     }
     let elapsed = started.elapsed();
     let after = command_counts(server);
-    let (commands, sent) = (after.all - before.all, after.sent - before.sent);
+    let mut sent = after.sent - before.sent;
+    if contender == Contender::RedisPy {
+        // redis-py sends its `SET NX` itself; its release script runs no `SET`.
+        sent += after.set - before.set;
+    }
+    let (commands, reads) = (after.all - before.all, after.reads - before.reads);
     for mut child in children {
         drop(child.stdin.take());
         assert!(child.wait().expect("wait").success(), "a worker failed");
@@ -427,32 +634,43 @@ fn handoff_round(server: &RedisServer, mode: &Mode, fair: bool) -> HandoffResult
         .map(|w| w[1].2 - w[0].3)
         .collect();
     handoffs.sort_unstable();
+    // Thread ids are `worker id * 1000 + thread`.
+    let local = events
+        .windows(2)
+        .filter(|w| w[0].0 / 1000 == w[1].0 / 1000)
+        .count();
     let mut waits: Vec<u64> = events.iter().map(|e| e.2.saturating_sub(e.1)).collect();
     waits.sort_unstable();
     let mut per_thread = std::collections::BTreeMap::<usize, f64>::new();
     for e in &events {
         *per_thread.entry(e.0).or_default() += 1.0;
     }
-    let n = (mode.processes * mode.threads) as f64;
+    // Threads that never took the lock count as zeroes.
+    let n = (load.processes * load.threads) as f64;
     let sum: f64 = per_thread.values().sum();
     let sum_sq: f64 = per_thread.values().map(|x| x * x).sum();
+    let per_acquisition = |count: u64| count as f64 / events.len().max(1) as f64;
     HandoffResult {
         handoffs_per_sec: events.len() as f64 / elapsed.as_secs_f64(),
         handoff_p50_us: percentile(&handoffs, 0.5) as f64 / 1000.0,
         handoff_p99_us: percentile(&handoffs, 0.99) as f64 / 1000.0,
         wait_p50_us: percentile(&waits, 0.5) as f64 / 1000.0,
         wait_p99_us: percentile(&waits, 0.99) as f64 / 1000.0,
-        commands_per_acquisition: commands as f64 / events.len().max(1) as f64,
-        sent_per_acquisition: sent as f64 / events.len().max(1) as f64,
+        wait_p999_us: percentile(&waits, 0.999) as f64 / 1000.0,
+        commands_per_acquisition: per_acquisition(commands),
+        sent_per_acquisition: per_acquisition(sent),
+        reads_per_acquisition: per_acquisition(reads),
         jain: if sum_sq > 0.0 {
             sum * sum / (n * sum_sq)
         } else {
             0.0
         },
         acquisitions: events.len(),
-        // An acquisition handed over by a release took no attempt of its own.
+        // An acquisition handed over by a release, or passed on within its client, took no
+        // attempt of its own.
         failed_attempts_per_acquisition: attempts.saturating_sub(acquired - handed) as f64
             / acquired.max(1) as f64,
+        local_share: local as f64 / events.len().saturating_sub(1).max(1) as f64,
     }
 }
 
@@ -573,18 +791,83 @@ fn median(mut v: Vec<f64>) -> (f64, f64, f64) {
     (v[v.len() / 2], v[0], v[v.len() - 1])
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some("worker") => return worker(&args[2..]),
-        Some("idle-worker") => return idle_worker(&args[2..]),
-        _ => {}
+/// The sections to run, from `BENCH_SECTIONS` (all when it is not set).
+struct Sections {
+    handoff: bool,
+    idle: bool,
+    peers: bool,
+}
+
+impl Sections {
+    fn all(&self) -> bool {
+        self.handoff && self.idle && self.peers
     }
-    let mode = mode();
-    let server = RedisServer::start();
-    let hot_rtt_us = ping_rtt(&server, Duration::ZERO).as_secs_f64() * 1e6;
-    let rtt_us = ping_rtt(&server, HOLD).as_secs_f64() * 1e6;
-    let floor_us = pubsub_floor(&server, HOLD).as_secs_f64() * 1e6;
+}
+
+fn sections() -> Sections {
+    let Ok(list) = std::env::var("BENCH_SECTIONS") else {
+        return Sections {
+            handoff: true,
+            idle: true,
+            peers: true,
+        };
+    };
+    let names: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    for name in &names {
+        assert!(
+            ["handoff", "idle", "peers"].contains(name),
+            "BENCH_SECTIONS: unknown section {name:?} (handoff, idle, peers)"
+        );
+    }
+    Sections {
+        handoff: names.contains(&"handoff"),
+        idle: names.contains(&"idle"),
+        peers: names.contains(&"peers"),
+    }
+}
+
+/// The top-level entries of a `contended.json` this benchmark wrote: each starts on a line
+/// indented by two spaces with its key; deeper lines continue it.
+fn json_entries(text: &str) -> Vec<(String, String)> {
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if line == "{" || line == "}" {
+            continue;
+        }
+        match line.strip_prefix("  \"").and_then(|l| l.split_once("\": ")) {
+            Some((key, value)) => entries.push((key.to_owned(), value.to_owned())),
+            None => {
+                if let Some((_, value)) = entries.last_mut() {
+                    value.push('\n');
+                    value.push_str(line);
+                }
+            }
+        }
+    }
+    for (_, value) in &mut entries {
+        let trimmed = value.trim_end();
+        *value = trimmed.strip_suffix(',').unwrap_or(trimmed).to_owned();
+    }
+    entries
+}
+
+fn json_text(entries: &[(String, String)]) -> String {
+    let body: Vec<String> = entries
+        .iter()
+        .map(|(key, value)| format!("  \"{key}\": {value}"))
+        .collect();
+    format!("{{\n{}\n}}\n", body.join(",\n"))
+}
+
+/// Section 1: the hand-off of a lock held 200 us, `Mutex` and `FairMutex`.
+fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
+    let hot_rtt_us = ping_rtt(server, Duration::ZERO).as_secs_f64() * 1e6;
+    let rtt_us = ping_rtt(server, HOLD).as_secs_f64() * 1e6;
+    let floor_us = pubsub_floor(server, HOLD).as_secs_f64() * 1e6;
     println!(
         "contended hand-off: {} processes x {} threads, hold {:?}, {} rounds of {:?}; \
          PING round trip {rtt_us:.1} us after a {HOLD:?} pause ({hot_rtt_us:.1} us back to back); \
@@ -596,22 +879,32 @@ fn main() {
         mode.run,
         floor_us / rtt_us
     );
-    let mut json = format!(
-        "{{\n  \"benchmark\": \"contended\",\n  \"processes\": {},\n  \"threads\": {},\n  \
-         \"hold_us\": {},\n  \"rounds\": {},\n  \"ping_rtt_us\": {rtt_us:.2},\n  \
-         \"ping_rtt_back_to_back_us\": {hot_rtt_us:.2},\n  \
-         \"pubsub_floor_us\": {floor_us:.2},\n  \
-         \"pubsub_floor_round_trips\": {:.3},\n",
-        mode.processes,
-        mode.threads,
-        HOLD.as_micros(),
-        mode.rounds,
-        floor_us / rtt_us
-    );
-    for fair in [false, true] {
-        let label = if fair { "FairMutex" } else { "Mutex" };
+    for (key, value) in [
+        ("processes", mode.processes.to_string()),
+        ("threads", mode.threads.to_string()),
+        ("hold_us", HOLD.as_micros().to_string()),
+        ("rounds", mode.rounds.to_string()),
+        ("ping_rtt_us", format!("{rtt_us:.2}")),
+        ("ping_rtt_back_to_back_us", format!("{hot_rtt_us:.2}")),
+        ("pubsub_floor_us", format!("{floor_us:.2}")),
+        (
+            "pubsub_floor_round_trips",
+            format!("{:.3}", floor_us / rtt_us),
+        ),
+    ] {
+        json.push((key.to_owned(), value));
+    }
+    let load = Workload {
+        name: "handoff",
+        hold: HOLD,
+        processes: mode.processes,
+        threads: mode.threads,
+        run: mode.run,
+    };
+    for contender in [Contender::Mutex, Contender::FairMutex] {
+        let label = contender.label();
         let results: Vec<HandoffResult> = (0..mode.rounds)
-            .map(|_| handoff_round(&server, &mode, fair))
+            .map(|_| handoff_round(server, &load, contender))
             .collect();
         let pick = |f: fn(&HandoffResult) -> f64| median(results.iter().map(f).collect());
         let rate = pick(|r| r.handoffs_per_sec);
@@ -656,39 +949,45 @@ fn main() {
             "    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]",
             jain.0, jain.1, jain.2
         );
-        json.push_str(&format!(
-            "  \"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoff_p50_us\": {:.2}, \
-             \"handoff_p99_us\": {:.2}, \"handoff_p50_round_trips\": {:.3}, \
-             \"wait_p50_us\": {:.2}, \"wait_p99_us\": {:.2}, \
-             \"commands_sent_per_acquisition\": {:.3}, \
-             \"commands_run_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
-             \"failed_attempts_per_acquisition\": {:.3}, \
-             \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}}},\n",
-            if fair { "fair_mutex" } else { "mutex" },
-            rate.0,
-            h50.0,
-            h99.0,
-            h50.0 / rtt_us,
-            w50.0,
-            w99.0,
-            sent.0,
-            cmds.0,
-            jain.0,
-            failed.0,
-            rate.1,
-            rate.2
+        json.push((
+            contender.key().to_owned(),
+            format!(
+                "{{\"handoffs_per_sec\": {:.1}, \"handoff_p50_us\": {:.2}, \
+                 \"handoff_p99_us\": {:.2}, \"handoff_p50_round_trips\": {:.3}, \
+                 \"wait_p50_us\": {:.2}, \"wait_p99_us\": {:.2}, \
+                 \"commands_sent_per_acquisition\": {:.3}, \
+                 \"commands_run_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+                 \"failed_attempts_per_acquisition\": {:.3}, \
+                 \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}}}",
+                rate.0,
+                h50.0,
+                h99.0,
+                h50.0 / rtt_us,
+                w50.0,
+                w99.0,
+                sent.0,
+                cmds.0,
+                jain.0,
+                failed.0,
+                rate.1,
+                rate.2
+            ),
         ));
     }
+}
+
+/// Section 2: what idle waiters cost Redis while a lock stays held.
+fn idle_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
     let idle_cases = [
         (
             "idle_mutex",
             format!("{} threads of one process, Mutex", mode.idle_waiters),
-            idle_waiters(&server, &mode, false),
+            idle_waiters(server, mode, false),
         ),
         (
             "idle_fair_mutex",
             format!("{} threads of one process, FairMutex", mode.idle_waiters),
-            idle_waiters(&server, &mode, true),
+            idle_waiters(server, mode, true),
         ),
         (
             "idle_processes",
@@ -696,29 +995,205 @@ fn main() {
                 "{} processes x {} threads, Mutex",
                 mode.idle_processes, mode.idle_threads
             ),
-            idle_processes(&server, &mode),
+            idle_processes(server, mode),
         ),
     ];
     println!("idle waiters on a held lock (Redis commands/s, script internals included; script calls/s):");
-    let mut entries = Vec::new();
     for (key, label, cost) in &idle_cases {
         println!(
             "  {label:<38} {:>7.2} commands/s  {:>6.2} script calls/s",
             cost.commands_per_sec, cost.scripts_per_sec
         );
-        entries.push(format!(
-            "  \"{key}\": {{\"waiters\": \"{label}\", \"commands_per_sec\": {:.2}, \
-             \"script_calls_per_sec\": {:.2}}}",
-            cost.commands_per_sec, cost.scripts_per_sec
+        json.push((
+            (*key).to_owned(),
+            format!(
+                "{{\"waiters\": \"{label}\", \"commands_per_sec\": {:.2}, \
+                 \"script_calls_per_sec\": {:.2}}}",
+                cost.commands_per_sec, cost.scripts_per_sec
+            ),
         ));
     }
-    json.push_str(&entries.join(",\n"));
-    json.push_str("\n}\n");
+}
+
+/// Section 3: an empty critical section taken in a loop by `Mutex`, `FairMutex` and
+/// redis-py's `Lock`, interleaved within each round, for each shape of `mode.peer_shapes`.
+fn peers_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
+    let mut shapes = Vec::new();
+    for (processes, threads) in mode.peer_shapes {
+        println!(
+            "beside redis-py: {processes} processes x {threads} threads, empty critical section, \
+             {} rounds of {:?}, contenders interleaved",
+            mode.rounds, mode.peer_run
+        );
+        let mut results: [Vec<HandoffResult>; 3] = Default::default();
+        for round in 0..mode.rounds {
+            for i in 0..Contender::ALL.len() {
+                let at = (i + round) % Contender::ALL.len();
+                let contender = Contender::ALL[at];
+                let load = Workload {
+                    name: match contender {
+                        Contender::Mutex => "handoff-peers",
+                        Contender::FairMutex => "handoff-peers-fair",
+                        Contender::RedisPy => "handoff-peers-py",
+                    },
+                    hold: Duration::ZERO,
+                    processes,
+                    threads,
+                    run: mode.peer_run,
+                };
+                results[at].push(handoff_round(server, &load, contender));
+            }
+        }
+        let pick =
+            |c: usize, f: fn(&HandoffResult) -> f64| median(results[c].iter().map(f).collect());
+        let ratio = |other: usize| {
+            median(
+                results[0]
+                    .iter()
+                    .zip(&results[other])
+                    .map(|(m, o)| m.handoffs_per_sec / o.handoffs_per_sec.max(f64::MIN_POSITIVE))
+                    .collect(),
+            )
+        };
+        let row = |label: &str, f: &dyn Fn(usize) -> String| {
+            let cells: Vec<String> = (0..3).map(|c| format!("{:>22}", f(c))).collect();
+            println!("  {label:<26}{}", cells.concat());
+        };
+        row("", &|c| Contender::ALL[c].label().to_owned());
+        row("acquisitions", &|c| {
+            results[c]
+                .iter()
+                .map(|r| r.acquisitions)
+                .sum::<usize>()
+                .to_string()
+        });
+        row("hand-offs/s", &|c| {
+            let r = pick(c, |r| r.handoffs_per_sec);
+            format!("{:.0} [{:.0}..{:.0}]", r.0, r.1, r.2)
+        });
+        row("wait p50 / p99 (ms)", &|c| {
+            format!(
+                "{:.2} / {:.2}",
+                pick(c, |r| r.wait_p50_us).0 / 1e3,
+                pick(c, |r| r.wait_p99_us).0 / 1e3
+            )
+        });
+        row("wait p99.9 (ms)", &|c| {
+            format!("{:.2}", pick(c, |r| r.wait_p999_us).0 / 1e3)
+        });
+        row("commands sent / run", &|c| {
+            format!(
+                "{:.2} / {:.2}",
+                pick(c, |r| r.sent_per_acquisition).0,
+                pick(c, |r| r.commands_per_acquisition).0
+            )
+        });
+        row("round trips / acq.", &|c| {
+            format!("{:.2}", pick(c, |r| r.reads_per_acquisition).0)
+        });
+        row("Jain fairness index", &|c| {
+            format!("{:.4}", pick(c, |r| r.jain).0)
+        });
+        row("same-process hand-offs", &|c| {
+            format!("{:.3}", pick(c, |r| r.local_share).0)
+        });
+        let (to_fair, to_py) = (ratio(1), ratio(2));
+        println!(
+            "  Mutex / FairMutex hand-offs/s {:.2} [{:.2} .. {:.2}]; Mutex / redis-py {:.2} [{:.2} .. {:.2}]",
+            to_fair.0, to_fair.1, to_fair.2, to_py.0, to_py.1, to_py.2
+        );
+        let mut entries = vec![
+            format!("\"processes\": {processes}"),
+            format!("\"threads\": {threads}"),
+        ];
+        for (c, contender) in Contender::ALL.iter().enumerate() {
+            let rate = pick(c, |r| r.handoffs_per_sec);
+            entries.push(format!(
+                "\"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoffs_per_sec_min\": {:.1}, \
+                 \"handoffs_per_sec_max\": {:.1}, \"wait_p50_ms\": {:.3}, \
+                 \"wait_p99_ms\": {:.3}, \"wait_p999_ms\": {:.3}, \
+                 \"commands_sent_per_acquisition\": {:.3}, \
+                 \"commands_run_per_acquisition\": {:.3}, \
+                 \"round_trips_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+                 \"local_share\": {:.4}, \"acquisitions\": {}}}",
+                contender.key(),
+                rate.0,
+                rate.1,
+                rate.2,
+                pick(c, |r| r.wait_p50_us).0 / 1e3,
+                pick(c, |r| r.wait_p99_us).0 / 1e3,
+                pick(c, |r| r.wait_p999_us).0 / 1e3,
+                pick(c, |r| r.sent_per_acquisition).0,
+                pick(c, |r| r.commands_per_acquisition).0,
+                pick(c, |r| r.reads_per_acquisition).0,
+                pick(c, |r| r.jain).0,
+                pick(c, |r| r.local_share).0,
+                results[c].iter().map(|r| r.acquisitions).sum::<usize>(),
+            ));
+        }
+        for (key, r) in [
+            ("mutex_to_fair_mutex", to_fair),
+            ("mutex_to_redis_py", to_py),
+        ] {
+            entries.push(format!(
+                "\"{key}\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}}",
+                r.0, r.1, r.2
+            ));
+        }
+        shapes.push(format!(
+            "    \"{processes}x{threads}\": {{\n      {}\n    }}",
+            entries.join(",\n      ")
+        ));
+    }
+    json.push((
+        "peers".to_owned(),
+        format!(
+            "{{\n    \"hold_us\": 0,\n    \"run_ms\": {},\n    \"rounds\": {},\n{}\n  }}",
+            mode.peer_run.as_millis(),
+            mode.rounds,
+            shapes.join(",\n")
+        ),
+    ));
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("worker") => return worker(&args[2..]),
+        Some("idle-worker") => return idle_worker(&args[2..]),
+        _ => {}
+    }
+    let mode = mode();
+    let sections = sections();
+    let server = RedisServer::start();
+    let mut json = vec![("benchmark".to_owned(), "\"contended\"".to_owned())];
+    if sections.handoff {
+        handoff_section(&server, &mode, &mut json);
+    }
+    if sections.idle {
+        idle_section(&server, &mode, &mut json);
+    }
+    if sections.peers {
+        peers_section(&server, &mode, &mut json);
+    }
     if mode.measuring {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
         if std::fs::create_dir_all(&dir).is_ok() {
             let path = dir.join("contended.json");
-            match std::fs::write(&path, json) {
+            // A run of some sections keeps the figures of the others from the last run.
+            if !sections.all() {
+                if let Ok(old) = std::fs::read_to_string(&path) {
+                    let mut merged = json_entries(&old);
+                    for (key, value) in json {
+                        match merged.iter_mut().find(|(k, _)| *k == key) {
+                            Some(entry) => entry.1 = value,
+                            None => merged.push((key, value)),
+                        }
+                    }
+                    json = merged;
+                }
+            }
+            match std::fs::write(&path, json_text(&json)) {
                 Ok(()) => println!("figures written to {}", path.display()),
                 Err(e) => eprintln!("could not write {}: {e}", path.display()),
             }

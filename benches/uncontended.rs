@@ -1,5 +1,5 @@
-//! Uncontended lock + unlock on one thread, lock + drop (whose release does not wait for its
-//! reply), and re-entrant re-lock, beside the physical limit measured in the same run: a raw
+//! Uncontended lock + unlock on one thread (`Mutex` and `FairMutex`), lock + drop (whose
+//! release does not wait for its reply), and re-entrant re-lock, beside the physical limit measured in the same run: a raw
 //! redis-rs loop of `SET NX PX` + `EVALSHA` compare-and-delete on one connection, waiting for
 //! both replies.
 //!
@@ -50,6 +50,14 @@ fn mutex_cycle(client: &Client) -> Cycle<'static> {
     })
 }
 
+fn fair_mutex_cycle(client: &Client) -> Cycle<'static> {
+    let m = client.fair_mutex("bench-fair");
+    Box::new(move || {
+        let g = m.lock().expect("lock");
+        g.unlock().expect("unlock");
+    })
+}
+
 /// Lock + drop: the drop writes the release, and the next lock's request goes out before its
 /// reply is read.
 fn mutex_drop_cycle(client: &Client) -> Cycle<'static> {
@@ -92,6 +100,12 @@ fn main() {
     let mut reentrant = Vec::new();
     let mut dropping = Vec::new();
     let mut drop_ratios = Vec::new();
+    let mut fair = Vec::new();
+    let mut fair_ratios = Vec::new();
+    let fair_client = Client::builder()
+        .pool_size(1)
+        .open(server.url())
+        .expect("client");
     let dropper = Client::builder()
         .pool_size(1)
         .open(server.url())
@@ -101,6 +115,7 @@ fn main() {
         mutex_cycle(&client),
         crate_scripts_cycle(server.conn(), "l"),
         mutex_drop_cycle(&dropper),
+        fair_mutex_cycle(&fair_client),
     ];
     // With the `metrics` feature, `client` records metrics (with no recorder installed):
     // beside it, a client that records none, in the same turns.
@@ -121,7 +136,9 @@ fn main() {
         scripts_only.push(rates[2]);
         dropping.push(rates[3]);
         drop_ratios.push(rates[3] / rates[0]);
-        if let Some(without) = rates.get(4) {
+        fair.push(rates[4]);
+        fair_ratios.push(rates[4] / rates[0]);
+        if let Some(without) = rates.get(5) {
             metrics_ratios.push(rates[1] / without);
         }
         reentrant.push(reentry_rate(&client, mode.round_time / 4));
@@ -136,6 +153,8 @@ fn main() {
     let (sc_med, sc_lo, sc_hi) = median_and_spread(scripts_only);
     let (dr_med, dr_lo, dr_hi) = median_and_spread(dropping);
     let (drr_med, drr_lo, drr_hi) = median_and_spread(drop_ratios);
+    let (fa_med, fa_lo, fa_hi) = median_and_spread(fair);
+    let (far_med, far_lo, far_hi) = median_and_spread(fair_ratios);
 
     println!(
         "uncontended, one thread, {} rounds of {:?}",
@@ -149,6 +168,8 @@ fn main() {
     println!("  raw loop with the crate's scripts {sc_med:>8.0} /s  [{sc_lo:.0} .. {sc_hi:.0}]");
     println!("  Mutex lock + drop             {dr_med:>12.0} /s  [{dr_lo:.0} .. {dr_hi:.0}]");
     println!("  lock + drop / raw (same round) {drr_med:>11.3}     [{drr_lo:.3} .. {drr_hi:.3}]");
+    println!("  FairMutex lock + unlock       {fa_med:>12.0} /s  [{fa_lo:.0} .. {fa_hi:.0}]");
+    println!("  FairMutex / raw (same round)  {far_med:>12.3}     [{far_lo:.3} .. {far_hi:.3}]");
     println!("  re-entrant lock + drop        {re_med:>12.0} /s  [{re_lo:.0} .. {re_hi:.0}]");
     println!("  acquire attempts per lock     {trips_per_cycle:>12.3}");
     let metrics_line = match metrics_ratios.is_empty() {
@@ -174,6 +195,8 @@ fn main() {
             "  \"raw_with_crate_scripts_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
             "  \"drop_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
             "  \"drop_ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
+            "  \"fair_mutex_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}},\n",
+            "  \"fair_ratio_to_raw\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}},\n",
             "  \"reentry_ops_per_sec\": {{\"median\": {:.1}, \"min\": {:.1}, \"max\": {:.1}}}{}\n",
             "}}\n"
         ),
@@ -197,6 +220,12 @@ fn main() {
         drr_med,
         drr_lo,
         drr_hi,
+        fa_med,
+        fa_lo,
+        fa_hi,
+        far_med,
+        far_lo,
+        far_hi,
         re_med,
         re_lo,
         re_hi,

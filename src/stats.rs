@@ -35,6 +35,10 @@ pub struct Stats {
     /// Of the acquisitions, locks that a release handed to this client's queued waiter (a
     /// [`FairMutex`](crate::FairMutex)), taken without an attempt.
     pub handed_over: u64,
+    /// Of the acquisitions, locks that a holder of this client passed straight to another of
+    /// its waiting threads (a [`Mutex`](crate::Mutex)), taken without an attempt; the holder
+    /// released nothing in Redis.
+    pub passed_on: u64,
     /// Acquires that found the lock held at least once and had to wait or give up.
     pub contended: u64,
     /// Timed or single-attempt acquires that gave up without the lock.
@@ -101,6 +105,7 @@ pub(crate) struct Counters {
     pub(crate) reentries: AtomicU64,
     pub(crate) attempts: AtomicU64,
     pub(crate) handed_over: AtomicU64,
+    pub(crate) passed_on: AtomicU64,
     pub(crate) contended: AtomicU64,
     pub(crate) gave_up: AtomicU64,
     pub(crate) wait_nanos: AtomicU64,
@@ -152,6 +157,7 @@ impl Counters {
             reentries: get(&self.reentries),
             attempts: get(&self.attempts),
             handed_over: get(&self.handed_over),
+            passed_on: get(&self.passed_on),
             contended: get(&self.contended),
             gave_up: get(&self.gave_up),
             wait_time: Duration::from_nanos(get(&self.wait_nanos)),

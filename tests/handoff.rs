@@ -1,6 +1,8 @@
 //! Mutex hand-offs: a release names the client that has waited longest, and only that
 //! client's leading waiter attempts; a client whose threads keep waiting keeps its place; a
-//! client that gave up or died does not hold the others up for longer than a re-check.
+//! client that gave up or died does not hold the others up for longer than a re-check. Within
+//! one client, the lock is passed from thread to thread (at most a round trip each, a new
+//! fencing token each), a bounded run at a time while other clients wait.
 
 mod support;
 
@@ -102,7 +104,8 @@ fn threads_of_one_client_take_turns_without_failed_attempts() {
     }
     for c in [&a, &b] {
         let s = c.stats();
-        let failed = s.attempts - s.acquisitions;
+        // A lock passed on within the client took no attempt.
+        let failed = s.attempts - (s.acquisitions - s.passed_on);
         // With every waiting thread of both clients attempting at each release, this was
         // more than one failed attempt per acquisition.
         assert!(
@@ -110,6 +113,9 @@ fn threads_of_one_client_take_turns_without_failed_attempts() {
             "{failed} failed attempts for {} acquisitions",
             s.acquisitions
         );
+        // Threads of one client pass the lock among themselves, a bounded run at a time.
+        assert!(s.passed_on > 0, "{s:?}");
+        assert!(s.passed_on < s.acquisitions, "{s:?}");
     }
 }
 
@@ -224,4 +230,83 @@ fn a_waiters_flag_left_by_an_earlier_version_is_replaced_and_its_waiters_are_wok
     g.unlock().unwrap();
     t.join().unwrap();
     assert_eq!(*order.lock().unwrap(), ["new"]);
+}
+
+/// Threads of one client that take turns: every hand-off but the first of each run is passed
+/// on without a release, at most one script call per pass, and every holder has a fencing
+/// token above the one before.
+#[test]
+fn threads_of_one_client_pass_the_lock_on_with_growing_tokens() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    drop(a.mutex("relay").lock().unwrap()); // scripts loaded, counter seeded
+    let tokens = Arc::new(StdMutex::new(Vec::new()));
+    let before_scripts = server.command_calls("evalsha");
+    let before = a.stats();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (m, tokens) = (a.mutex("relay"), Arc::clone(&tokens));
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 400);
+    assert!(
+        tokens.windows(2).all(|w| w[1] > w[0]),
+        "fencing tokens did not grow from holder to holder"
+    );
+    let s = a.stats();
+    let passed = s.passed_on - before.passed_on;
+    assert!(passed >= 100, "only {passed} of 400 holds were passed on: {s:?}");
+    // A pass that asks Redis reserves tokens for the next ones, which need no round trip
+    // (a hold that was not passed on costs a release and at most one acquire script).
+    let scripts = server.command_calls("evalsha") - before_scripts;
+    assert!(
+        scripts <= 2 * (400 - passed) + passed / 4,
+        "{scripts} script calls for 400 holds of which {passed} were passed on"
+    );
+}
+
+/// Two clients with two busy threads each: each client passes the lock among its threads a
+/// bounded run at a time, then gives it up to the other, which therefore gets its share.
+#[test]
+fn a_client_passing_the_lock_among_its_threads_lets_another_client_in() {
+    let server = RedisServer::start();
+    let clients = [client(&server), client(&server)];
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (m, stop) = (clients[i / 2].mutex("share"), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let mut taken = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if m.try_lock_for(LIMIT).unwrap().is_some() {
+                        taken += 1;
+                    }
+                }
+                taken
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    let taken: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let per_client = [taken[0] + taken[1], taken[2] + taken[3]];
+    let total = per_client[0] + per_client[1];
+    assert!(total > 100, "{taken:?}");
+    // Without the bound one client kept the lock for the whole run.
+    assert!(
+        per_client.iter().all(|&n| n * 5 >= total),
+        "one client starved the other: {taken:?}"
+    );
+    assert!(clients.iter().all(|c| c.stats().passed_on > 0));
 }

@@ -375,20 +375,26 @@ fn a_sentinel_deployment_over_tls() {
         .query(&mut master.server.conn())
         .unwrap();
     assert!(exists, "the lock is not on the master");
-    // A waiter, over its own TLS subscriber connection, hears the release.
-    let waiter = client.clone();
+    // A waiter of another client (a thread of the same client would be passed the lock
+    // without a release), over its own TLS subscriber connection, hears the release.
+    let waiter = Client::builder()
+        .tls_ca_certificates(master.certs.ca())
+        .connect_timeout(Duration::from_secs(5))
+        .open(url.as_str())
+        .unwrap();
+    let listener = waiter.clone();
     let t = std::thread::spawn(move || {
-        waiter
+        listener
             .mutex("over-tls")
             .try_lock_for(LIMIT)
             .map(|g| g.is_some())
     });
-    assert!(eventually(LIMIT, || client.stats().contended >= 1));
+    assert!(eventually(LIMIT, || waiter.stats().contended >= 1));
     std::thread::sleep(Duration::from_millis(200));
     g.unlock().unwrap();
     assert!(within(LIMIT, move || t.join().unwrap()).unwrap());
     assert!(
-        client.stats().notifications >= 1,
+        waiter.stats().notifications >= 1,
         "the release was not heard"
     );
     // Without the CA, the sentinel's certificate is refused: a connection error, in time.

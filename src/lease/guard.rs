@@ -20,6 +20,7 @@ use crate::lease::replication::LeaseWrite;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
 use crate::stats::Counters;
+use crate::waiting::{Cohort, Passed, COHORT_PASSES};
 
 /// A held lock (see the public guards for what each method promises). Not `Send`: it belongs
 /// to the thread that locked.
@@ -30,6 +31,9 @@ pub struct LeaseGuard {
     /// Bytes carried with the lock: the value that came with the acquire, then the value
     /// the release is to write (a shared value); `None` for a plain lock.
     payload: Option<Vec<u8>>,
+    /// Set at the release of a hold that may be passed on: whether other threads of this
+    /// client wait for the lock (the release keeps the client's place among the waiting).
+    others_wait: std::cell::Cell<bool>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -40,6 +44,7 @@ impl LeaseGuard {
             hold,
             released: false,
             payload: None,
+            others_wait: std::cell::Cell::new(false),
             _not_send: PhantomData,
         }
     }
@@ -147,6 +152,9 @@ impl LeaseGuard {
         let remaining = self.verify();
         self.released = true;
         if reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
+            if self.hold.cohort.is_some() {
+                self.ctx.gates.hold_ends(&self.hold.lock_key, false);
+            }
             if let Some(id) = self.hold.renewal_id {
                 self.ctx.renewal.cancel(id);
             }
@@ -242,9 +250,22 @@ impl LeaseGuard {
             self.ctx.renewal.cancel(id);
         }
         // A release that writes a value waits for its reply: the write may fail.
-        let result = match (reply, &self.payload) {
-            (Reply::Later, None) => self.release_unread(),
-            _ => self.release_in_redis(),
+        let result = match self.pass_on_within_client() {
+            Some(Ok(())) => Ok(()),
+            passed => {
+                if let Some(cohort) = self.hold.cohort {
+                    // A run of passes that reached its bound gives the lock up to the other
+                    // waiting clients: this client's threads wait behind them.
+                    let yielded = passed.is_none() && cohort.contested();
+                    self.others_wait
+                        .set(self.ctx.gates.hold_ends(&self.hold.lock_key, yielded));
+                }
+                match (passed, reply, &self.payload) {
+                    (Some(lost), _, _) => lost,
+                    (None, Reply::Later, None) => self.release_unread(),
+                    (None, ..) => self.release_in_redis(),
+                }
+            }
         };
         self.hold.lease.mark_released();
         if let Some(acquired_at) = self.hold.acquired_at {
@@ -264,6 +285,119 @@ impl LeaseGuard {
             });
         }
         result
+    }
+
+    /// Passes the lock to the leading waiter among this client's threads instead of
+    /// releasing it (lock cohorting), when the hold may (a `Mutex`'s, within its run's bounds:
+    /// [`Cohort::may_pass`]) and a waiter listens. The lock keeps its token in Redis; the new
+    /// holder gets the next fencing token of the run's reserved block and the lease as this
+    /// hold counts it, without a round trip, when a token is left and both leases are renewed;
+    /// else one round trip (`pass_on`) checks the lock, holds it on for the new
+    /// holder's lease and reserves the next block. The waiter is then woken and takes it.
+    /// `None`: release in Redis instead.
+    fn pass_on_within_client(&self) -> Option<Result<()>> {
+        if self.payload.is_some()
+            || std::thread::panicking()
+            || self.hold.lease.lost_reason().is_some()
+        {
+            return None;
+        }
+        let cohort = self.hold.cohort.filter(Cohort::may_pass)?;
+        let (ctx, hold) = (&self.ctx, &self.hold);
+        let taker = match ctx.gates.passable(&hold.lock_key, hold.protocol.kind()) {
+            Some(taker) => taker,
+            // Threads that take turns come back for the lock within a few microseconds: give
+            // the last holder a moment to start listening before the lock leaves the client.
+            None if cohort.passing() => {
+                let until = Instant::now() + SIBLING_GRACE;
+                loop {
+                    std::thread::yield_now();
+                    if let Some(taker) = ctx.gates.passable(&hold.lock_key, hold.protocol.kind()) {
+                        break taker;
+                    }
+                    if Instant::now() >= until {
+                        return None;
+                    }
+                }
+            }
+            None => return None,
+        };
+        // A renewed lease goes on as it is; a fixed one is set anew in Redis for the new holder.
+        let renewed = hold.fixed_lease.is_none() && !taker.fixed;
+        let without_round_trip = cohort
+            .pass_from_block()
+            .filter(|_| renewed && hold.lease.expires_at() > Instant::now());
+        let passed = match without_round_trip {
+            Some((fencing_token, cohort)) => (fencing_token, hold.lease.expires_at(), cohort),
+            None => match self.pass_through_redis(cohort, taker.lease)? {
+                Ok(passed) => passed,
+                Err(e) => return Some(Err(e)),
+            },
+        };
+        let (fencing_token, expires_at, cohort) = passed;
+        let (weak, kept) = (Arc::downgrade(ctx), Arc::clone(hold));
+        let passed = Passed::new(
+            (Arc::clone(&hold.token), fencing_token),
+            (expires_at, cohort),
+            Box::new(move || {
+                if let Some(ctx) = weak.upgrade() {
+                    give_back(&ctx, &kept);
+                }
+            }),
+        );
+        // A waiter that left meanwhile: the lock passed to nobody is released in Redis.
+        if let Err(unwanted) = ctx.gates.pass_on(&hold.lock_key, passed) {
+            drop(unwanted);
+        }
+        Some(Ok(()))
+    }
+
+    /// The pass that asks Redis: the new holder's fencing token, lease end and run; `None`
+    /// when the lock is to be released instead (the call failed: the lock still holds the
+    /// token, which the release removes).
+    fn pass_through_redis(
+        &self,
+        cohort: Cohort,
+        lease: Duration,
+    ) -> Option<Result<(u64, Instant, Cohort)>> {
+        let (ctx, hold) = (&self.ctx, &self.hold);
+        let call = hold
+            .protocol
+            .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease)?;
+        let sent_at = Instant::now();
+        let reply = ctx.call_once(&hold.lock_key, self.doing("passing on"), |c| {
+            match ctx.replicas_to_ask(LeaseWrite::Renewal, c)? {
+                Some((replicas, timeout)) => {
+                    let (reply, got): (Vec<i64>, i64) =
+                        call.invoke_and_wait(c, replicas, timeout)?;
+                    Ok((reply, Some((got, replicas))))
+                }
+                None => Ok((call.invoke::<Vec<i64>>(c)?, None)),
+            }
+        });
+        let (last, others) = match reply {
+            Ok((reply, acks)) => match (reply.as_slice(), acks) {
+                // Too few replicas hold the new lease: released instead, as it stands.
+                ([1, _, _], Some(acks)) if ctx.too_few_acks(acks) => {
+                    ctx.connections.replicas_short(&hold.lock_key);
+                    return None;
+                }
+                ([1, last, others], _) => (*last, *others),
+                _ => return Some(Err(self.lost(LostReason::Taken))),
+            },
+            Err(e) => {
+                log::debug!("redmutex: passing lock {:?} on failed: {e}", hold.name);
+                return None;
+            }
+        };
+        let last = u64::try_from(last).unwrap_or(0);
+        let first = last.saturating_sub(u64::from(COHORT_PASSES) - 1);
+        let others = u64::try_from(others).unwrap_or(0);
+        Some(Ok((
+            first,
+            sent_at + ctx.counted(lease),
+            cohort.passed(others, (first, last)),
+        )))
     }
 
     /// The release. After a dropped connection it is sent once more (it is idempotent);
@@ -324,7 +458,7 @@ impl LeaseGuard {
         let (protocol, keys, token) = (self.hold.protocol, &self.hold.keys, &self.hold.token);
         match &self.payload {
             Some(bytes) => protocol.release_with(keys, token, bytes),
-            None => protocol.release(keys, token),
+            None => release_call_of(&self.ctx, &self.hold, self.others_wait.get()),
         }
     }
 
@@ -403,6 +537,41 @@ enum Reply {
     Wait,
     /// A drop: the reply is read by the connection's next user.
     Later,
+}
+
+/// How long a holder whose client's threads have been passing the lock among themselves waits
+/// for the next of them to listen, before it releases the lock to other clients.
+const SIBLING_GRACE: Duration = Duration::from_micros(50);
+
+/// The release of `hold` without a value: for a hold that may have been passed on within
+/// its client, the one that also keeps the client's place among the waiting right.
+fn release_call_of(ctx: &LockContext, hold: &Hold, others_wait: bool) -> ScriptCall {
+    let plain = || hold.protocol.release(&hold.keys, &hold.token);
+    match hold.cohort {
+        Some(_) => hold
+            .protocol
+            .release_held(
+                &hold.keys,
+                (&hold.token, hold.fencing_token),
+                others_wait,
+                ctx.renewal.lease() * 2,
+            )
+            .unwrap_or_else(plain),
+        None => plain(),
+    }
+}
+
+/// Releases in Redis the lock that `hold`'s release passed on when nobody takes it (its
+/// waiter left); the renewal thread finishes a release that did not get an answer.
+#[cold]
+fn give_back(ctx: &LockContext, hold: &Hold) {
+    let others_wait = ctx.gates.hold_ends(&hold.lock_key, false);
+    let call = release_call_of(ctx, hold, others_wait);
+    let doing = Doing::lock("releasing", &hold.name);
+    if let Err(e) = ctx.call_once(&hold.lock_key, doing, |c| call.invoke::<i64>(c)) {
+        log::debug!("redmutex: {e}");
+        clean_up_release(ctx, hold, call);
+    }
 }
 
 /// Has the renewal thread send `call`, the release of `hold`, until Redis answers or the lease

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::keys::LockKeys;
 use crate::lease::protocol::Protocol;
 use crate::lease::state::LeaseState;
+use crate::waiting::Cohort;
 
 /// A lock held by one thread, shared by all of its (re-entrant) guards.
 pub(crate) struct Hold {
@@ -26,6 +27,9 @@ pub(crate) struct Hold {
     pub(crate) lease: Arc<LeaseState>,
     /// When it was acquired, when the client's event handlers want hold times.
     pub(crate) acquired_at: Option<Instant>,
+    /// The run of holds by this client's threads that it belongs to, when its release may
+    /// pass the lock to another of them (a `Mutex` taken by one thread); `None`: it may not.
+    pub(crate) cohort: Option<Cohort>,
 }
 
 impl fmt::Debug for Hold {

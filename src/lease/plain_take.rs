@@ -23,6 +23,12 @@
 //! client saw started ([`SeededCounters`]): the first take of a name by a client is one script
 //! call, as before, and a name taken once per process (a job's id) never costs two.
 //!
+//! A fair lock's queue comes first: for a `FairMutex` the same pipeline reads the head of the
+//! queue after the `SET`, and a lock the `SET` took while someone queued (the holder's lease
+//! ran out, or a waiter's claim did) is handed to the queue's head at once with the release
+//! script, as if released on the spot; the attempt then goes on as one that found the lock
+//! held. Waiters keep their order.
+//!
 //! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first plain take on a
 //! server sends the `SET` without the `INCR` (a probe that counts nothing on the counter), and
 //! its reply tells the server apart ([`ServerFeatures`](crate::connection::ServerFeatures)).
@@ -93,6 +99,8 @@ enum Plain {
     Settled(AcquireReply),
     /// The lock holds the token, without a fencing token yet: the script finishes the take.
     Ours,
+    /// The lock holds the token, but waiters queue for it: it goes to them.
+    Queued,
     /// Only the script can tell.
     Unsettled,
 }
@@ -106,11 +114,12 @@ enum Plain {
 ///
 /// `waits`: whether the caller waits when the lock is held (only the script registers a
 /// waiter); a caller that gives up also reads the lock's remaining time (`PTTL`) with the
-/// plain commands, so that a held lock costs it one round trip.
+/// plain commands, so that a held lock costs it one round trip. `queue`: a fair lock's queue,
+/// whose waiters come before a lock taken here.
 pub(crate) fn acquire(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    waits: bool,
+    (waits, queue): (bool, Option<&str>),
     (script, release): (
         impl Fn(&mut Conn) -> redis::RedisResult<AcquireReply>,
         impl FnOnce() -> ScriptCall,
@@ -125,9 +134,15 @@ pub(crate) fn acquire(
         SetNxGet::Untried => true,
         SetNxGet::Taken => false,
     };
-    match plain(c, (keys, token, lease_ms), waits, probing)? {
+    match plain(c, (keys, token, lease_ms), (waits, queue), probing)? {
         Plain::Settled(reply) => Ok(reply),
         Plain::Unsettled => script(c),
+        Plain::Queued => {
+            took.set(true);
+            release().invoke::<i64>(c)?;
+            took.set(false);
+            script(c)
+        }
         Plain::Ours => {
             took.set(true);
             let reply = script(c)?;
@@ -142,7 +157,7 @@ pub(crate) fn acquire(
 fn plain(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    waits: bool,
+    (waits, queue): (bool, Option<&str>),
     probing: bool,
 ) -> redis::RedisResult<Plain> {
     let mut pipe = redis::pipe();
@@ -156,6 +171,9 @@ fn plain(
         .arg("GET");
     if !probing {
         pipe.cmd("INCR").arg(&keys.fence);
+    }
+    if let Some(queue) = queue {
+        pipe.cmd("LINDEX").arg(queue).arg(0);
     }
     if !waits {
         pipe.cmd("PTTL").arg(&keys.lock);
@@ -172,8 +190,14 @@ fn plain(
         true => None,
         false => replies.next(),
     };
+    // Whether someone queues (an error reply: the script tells).
+    let queued = match queue.map(|_| replies.next()) {
+        None | Some(Some(Ok(Value::Nil))) => false,
+        Some(_) => true,
+    };
     let remaining = replies.next();
     Ok(match (set, fence, remaining) {
+        (Some(Ok(Value::Nil)), _, _) if queued => Plain::Queued,
         (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence))), _) if fence >= SEEDED_FENCE => {
             Plain::Settled(AcquireReply::taken(fence))
         }

@@ -52,6 +52,10 @@ pub(crate) struct AcquireCall<'a> {
     /// Contend style: other threads of this client wait for the lock too (a lock taken keeps
     /// the client among the waiting, so that a release names it again).
     pub(crate) more: bool,
+    /// Contend style: this client just gave the lock up to the other waiting clients (a run
+    /// of passes within it reached its bound): a free lock is not taken while they wait; the
+    /// client waits behind them.
+    pub(crate) after: bool,
 }
 
 impl AcquireCall<'_> {
@@ -79,6 +83,12 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// the lock key to the token for the lease and takes the next fencing token, and whose
     /// acquire script, run after, settles every other case. Defaults to `false`.
     fn takes_plainly(&self, _call: &AcquireCall<'_>) -> bool {
+        false
+    }
+
+    /// Whether the waiters in the lock's queue (`LockKeys::queue`) come before a lock taken
+    /// plainly: a fair lock's (see `lease::plain_take`).
+    fn queue_before_plain_take(&self) -> bool {
         false
     }
 
@@ -117,6 +127,38 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// Contend style: the payload of the announcements that concern this client's waiters
     /// (`None`: every announcement on the wake channel does).
     fn wake_filter(&self, _client_id: &str) -> Option<Arc<str>> {
+        None
+    }
+
+    /// Whether [`pass_on`](Self::pass_on) gives a call.
+    fn passes_on(&self) -> bool {
+        false
+    }
+
+    /// Passes a held lock (`token`) to another thread of the same client in one call, holding
+    /// it on for `lease` and reserving `reserve` fencing tokens for the run of passes within
+    /// the client (see `mutex/pass_on.lua` for the reply). `None` (the default): a release
+    /// always goes through Redis.
+    fn pass_on(
+        &self,
+        _keys: &LockKeys,
+        _token: &str,
+        _reserve: u32,
+        _lease: Duration,
+    ) -> Option<ScriptCall> {
+        None
+    }
+
+    /// The release of a hold that may have been passed on within its client: also sets the
+    /// client's place among the lock's waiting clients right (`others_wait`: more of its
+    /// threads wait; a place is kept `place_kept`). `None`: the plain release.
+    fn release_held(
+        &self,
+        _keys: &LockKeys,
+        _hold: (&str, u64),
+        _others_wait: bool,
+        _place_kept: Duration,
+    ) -> Option<ScriptCall> {
         None
     }
 

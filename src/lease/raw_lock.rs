@@ -25,7 +25,7 @@ use crate::lease::replication::LeaseWrite;
 use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Release, Subscription};
+use crate::waiting::{self, Attempt, Cohort, Passed, Release, Subscription, Taker};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -331,7 +331,14 @@ impl RawLock {
         let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
-        let attempt = |more| self.attempt(keys, lease, token, (may_wait, more, false), None);
+        let attempt =
+            |more, after| self.attempt(keys, lease, token, (may_wait, (more, after), false), None);
+        let take_over = |passed| self.take_passed(keys, passed);
+        let taker = Taker {
+            lease,
+            fixed: self.fixed_lease.is_some(),
+            kind: self.protocol.kind(),
+        };
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
                 waiting::contend(
@@ -340,7 +347,9 @@ impl RawLock {
                     (&channel, filter),
                     deadline,
                     None,
+                    taker,
                     attempt,
+                    take_over,
                 )
             });
             return self.withdraw_unless_won(keys, token, waited);
@@ -350,7 +359,7 @@ impl RawLock {
             false => None,
         };
         let seen = early.as_ref().map_or(0, Subscription::seen);
-        match self.attempt(keys, lease, token, (may_wait, false, true), None)? {
+        match self.attempt(keys, lease, token, (may_wait, (false, false), true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -365,7 +374,9 @@ impl RawLock {
                         (&channel, filter),
                         deadline,
                         early,
+                        taker,
                         attempt,
+                        take_over,
                     )
                 });
                 self.withdraw_unless_won(keys, token, waited)
@@ -417,7 +428,7 @@ impl RawLock {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
         }
-        match self.attempt(keys, lease, &token, (false, false, false), None)? {
+        match self.attempt(keys, lease, &token, (false, (false, false), true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -458,7 +469,15 @@ impl RawLock {
                 deadline,
                 &dropped,
                 (
-                    || self.attempt(keys, lease, token, (true, false, false), Some(&contact)),
+                    || {
+                        self.attempt(
+                            keys,
+                            lease,
+                            token,
+                            (true, (false, false), false),
+                            Some(&contact),
+                        )
+                    },
                     |note| self.take_handed(keys, token, note, contact.get()),
                 ),
                 || self.leave(keys, token),
@@ -502,9 +521,10 @@ impl RawLock {
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
-        (queue, more, first): (bool, bool, bool),
+        (queue, more, first): (bool, (bool, bool), bool),
         contact: Option<&Cell<Option<Contact>>>,
     ) -> Result<Attempt<LeaseGuard>> {
+        let (more, after) = more;
         let ctx = &self.ctx;
         ctx.ensure_open()?;
         let doing = self.doing("acquiring");
@@ -517,6 +537,7 @@ impl RawLock {
             units: self.units,
             capacity: self.capacity,
             more,
+            after,
         };
         // Built when first sent: an attempt that plain commands settle never sends it.
         let call = LazyCell::new(|| self.protocol.acquire(&acquire));
@@ -542,7 +563,12 @@ impl RawLock {
                     true => plain_take::acquire(
                         c,
                         (keys, token, acquire.lease_ms()),
-                        queue,
+                        (
+                            queue,
+                            self.protocol
+                                .queue_before_plain_take()
+                                .then_some(keys.queue.as_str()),
+                        ),
                         (
                             |c: &mut Conn| call.invoke(c),
                             || self.protocol.release(keys, token),
@@ -571,7 +597,8 @@ impl RawLock {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
                     ctx.seeded.saw(&keys.fence, fencing_token);
                     let counted = sent_at + ctx.counted(lease);
-                    let guard = self.acquired(keys, token, fencing_token, counted)?;
+                    let cohort = self.passes_on().then(Cohort::start);
+                    let guard = self.acquired(keys, token, fencing_token, counted, cohort)?;
                     Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
                 Ok((
@@ -624,6 +651,7 @@ impl RawLock {
         token: &str,
         fencing_token: u64,
         expires_at: Instant,
+        cohort: Option<Cohort>,
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
         let token: Arc<str> = Arc::from(token);
@@ -659,9 +687,13 @@ impl RawLock {
             renewal_id,
             lease: lease_state,
             acquired_at: ctx.counters.events.on().then(Instant::now),
+            cohort,
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
+        }
+        if cohort.is_some() {
+            ctx.gates.hold_begins(&self.lock_key);
         }
         Ok(LeaseGuard::new(Arc::clone(ctx), hold))
     }
@@ -694,7 +726,9 @@ impl RawLock {
         if Instant::now() + HAND_OFF_CLAIM / 2 > held_until {
             return None;
         }
-        let guard = self.acquired(keys, token, fencing_token, held_until).ok()?;
+        let guard = self
+            .acquired(keys, token, fencing_token, held_until, None)
+            .ok()?;
         Counters::add(&self.ctx.counters.handed_over, 1);
         if let Some(id) = guard.renewal_id() {
             // Halfway to the claim's end: a short hold is released before and costs no
@@ -729,7 +763,28 @@ impl RawLock {
             token,
             fencing_token,
             sent_at + self.ctx.counted(lease),
+            None,
         )
+    }
+
+    /// Whether holds of this lock taken by one thread may be passed to another thread of
+    /// the client (a `Mutex`'s; the protocol knows how).
+    fn passes_on(&self) -> bool {
+        self.protocol.wait_style() == WaitStyle::Contend && self.protocol.passes_on()
+    }
+
+    /// The guard of a lock that a holder of this client passed to this waiter (`take_over`
+    /// of the contending wait): no round trip.
+    fn take_passed(&self, keys: &Arc<LockKeys>, passed: Passed) -> Result<LeaseGuard> {
+        let guard = self.acquired(
+            keys,
+            &passed.token,
+            passed.fencing_token,
+            passed.expires_at,
+            Some(passed.cohort),
+        )?;
+        Counters::add(&self.ctx.counters.passed_on, 1);
+        Ok(guard)
     }
 
     /// Has the renewal thread give back this lock, taken with `token` by a script that took

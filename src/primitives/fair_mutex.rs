@@ -260,6 +260,17 @@ impl Protocol for FairProtocol {
         WaitStyle::Queue
     }
 
+    /// The first try of an acquire (which does not queue) takes a free lock with `SET NX PX
+    /// GET` and `INCR`, and reads the queue's head in the same round trip: a lock taken while
+    /// someone queues goes to the head at once (`lease::plain_take`).
+    fn takes_plainly(&self, call: &AcquireCall<'_>) -> bool {
+        !call.queue
+    }
+
+    fn queue_before_plain_take(&self) -> bool {
+        true
+    }
+
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
         let keys = call.keys;
         FairProtocol::call(&ACQUIRE, keys)

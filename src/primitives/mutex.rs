@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
+use crate::config::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::MutexGuard;
 
@@ -321,10 +322,11 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         .key(&keys.waiting)
         .arg(call.token)
         .arg(call.lease_ms())
-        .arg(match (call.queue, call.more) {
-            (false, _) => "",
-            (true, false) => "wait",
-            (true, true) => "more",
+        .arg(match (call.queue, call.more, call.after) {
+            (false, ..) => "",
+            (true, _, true) => "after",
+            (true, false, false) => "wait",
+            (true, true, false) => "more",
         })
 }
 
@@ -335,6 +337,15 @@ static ACQUIRE: LazyLock<Script> =
 /// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release.lua")]));
+
+/// Passes the lock to another thread of the client: see `mutex/pass_on.lua`.
+static PASS_ON: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ERRORS, include_str!("mutex/pass_on.lua")]));
+
+/// The release of a guard's own hold, which sets the client's place among the waiting right:
+/// see `mutex/release_held.lua`.
+static RELEASE_HELD: LazyLock<Script> =
+    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release_held.lua")]));
 
 /// Deletes the lock whoever holds it: see `mutex/force_release.lua`.
 static FORCE_RELEASE: LazyLock<Script> =
@@ -368,7 +379,7 @@ impl Protocol for MutexProtocol {
     /// the client stays among the waiting (other threads of it wait), which only the script
     /// does.
     fn takes_plainly(&self, call: &AcquireCall<'_>) -> bool {
-        !call.more
+        !call.more && !call.after
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -377,6 +388,49 @@ impl Protocol for MutexProtocol {
             .key(&keys.waiting)
             .arg(token)
             .arg(&*keys.channel)
+    }
+
+    fn passes_on(&self) -> bool {
+        true
+    }
+
+    /// Threads of one client pass the lock among themselves (lock cohorting).
+    fn pass_on(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        reserve: u32,
+        lease: Duration,
+    ) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&PASS_ON)
+                .key(&keys.lock)
+                .key(&keys.fence)
+                .key(&keys.waiting)
+                .arg(token)
+                .arg(reserve)
+                .arg(millis(lease)),
+        )
+    }
+
+    fn release_held(
+        &self,
+        keys: &LockKeys,
+        (token, fencing_token): (&str, u64),
+        others_wait: bool,
+        place_kept: Duration,
+    ) -> Option<ScriptCall> {
+        Some(
+            ScriptCall::new(&RELEASE_HELD)
+                .key(&keys.lock)
+                .key(&keys.waiting)
+                .key(&keys.fence)
+                .arg(token)
+                .arg(&*keys.channel)
+                .arg(fencing_token)
+                .arg(if others_wait { "more" } else { "" })
+                .arg(millis(place_kept)),
+        )
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {
@@ -417,5 +471,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("mutex/release", &*RELEASE),
         ("mutex/force_release", &*FORCE_RELEASE),
         ("mutex/withdraw", &*WITHDRAW),
+        ("mutex/pass_on", &*PASS_ON),
+        ("mutex/release_held", &*RELEASE_HELD),
     ]
 }

@@ -3,12 +3,12 @@
 //! waiting threads cost Redis what one does.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use crate::fast_hash::FastHashMap;
-use crate::waiting::subscriber::Subscription;
+use crate::waiting::subscriber::{Signal, Subscription};
 
 /// What a leader that took the lock leaves to the next: its subscription, still registered,
 /// and the wake-up count from before its winning attempt, which kept this client among the
@@ -19,12 +19,169 @@ pub(crate) struct Baton {
     pub(crate) seen: u64,
 }
 
+/// How long the threads of one client may pass a lock among themselves, from when one of
+/// them took it in Redis, while other clients wait for it: then a holder releases it in
+/// Redis, which names the client that waited longest. Short enough that a waiting client
+/// waits at most a few of these per other waiting client; long enough for dozens of short
+/// holds, each passed on in one round trip instead of a release, an announcement and an
+/// attempt (parking_lot forces a fair unlock about every 0.5 ms for the same reason).
+pub(crate) const COHORT_TIME: Duration = Duration::from_millis(5);
+
+/// At most this many passes within one client in a row while other clients wait, whatever
+/// the time: a bound on the unfairness that does not depend on the hold times.
+pub(crate) const COHORT_PASSES: u32 = 16;
+
+/// The run of holds of one lock by the threads of one client, passed from one to the next
+/// without a release in Redis.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cohort {
+    /// When the run began: a thread of the client took the lock in Redis, or other clients
+    /// began to wait.
+    since: Instant,
+    /// Passes since then.
+    passes: u32,
+    /// Whether other clients waited for the lock at the last pass that asked Redis.
+    contested: bool,
+    /// Fencing tokens reserved for passes without a round trip: the next, and the last.
+    block: (u64, u64),
+}
+
+impl Cohort {
+    /// A run that begins with a take in Redis, with no tokens reserved. Whether other
+    /// clients wait is not known until its first pass asks Redis.
+    pub(crate) fn start() -> Self {
+        Cohort {
+            since: Instant::now(),
+            passes: 0,
+            contested: false,
+            block: (1, 0),
+        }
+    }
+
+    /// Whether the holder may pass the lock on within its client instead of releasing it:
+    /// always while no other client waits, else within [`COHORT_PASSES`] and
+    /// [`COHORT_TIME`].
+    pub(crate) fn may_pass(&self) -> bool {
+        !self.contested || (self.passes < COHORT_PASSES && self.since.elapsed() < COHORT_TIME)
+    }
+
+    /// Whether the run has passed the lock on at least once: its threads take turns.
+    pub(crate) fn passing(&self) -> bool {
+        self.passes > 0
+    }
+
+    /// Whether other clients may be waiting for the lock (they were at the last look).
+    pub(crate) fn contested(&self) -> bool {
+        self.contested
+    }
+
+    /// The next reserved fencing token and the run after a pass with it, if one is left.
+    pub(crate) fn pass_from_block(self) -> Option<(u64, Cohort)> {
+        let (next, last) = self.block;
+        (next <= last).then(|| {
+            (
+                next,
+                Cohort {
+                    passes: self.passes + 1,
+                    block: (next + 1, last),
+                    ..self
+                },
+            )
+        })
+    }
+
+    /// The run after a pass that asked Redis, which found `others` other clients waiting and
+    /// reserved the tokens `first..=last`, the first for the new holder: a run that was not
+    /// contested begins anew.
+    pub(crate) fn passed(self, others: u64, (first, last): (u64, u64)) -> Self {
+        let block = (first + 1, last);
+        match (self.contested, others > 0) {
+            (_, false) => Cohort {
+                since: Instant::now(),
+                passes: 0,
+                contested: false,
+                block,
+            },
+            (false, true) => Cohort {
+                since: Instant::now(),
+                passes: 1,
+                contested: true,
+                block,
+            },
+            (true, true) => Cohort {
+                passes: self.passes + 1,
+                block,
+                ..self
+            },
+        }
+    }
+}
+
+/// How a leader takes a lock passed to it: the lease it takes, whether it is fixed (no
+/// renewal), and the kind of lock it waits for (a gate's key is one lock's).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct Taker {
+    pub(crate) lease: Duration,
+    pub(crate) fixed: bool,
+    pub(crate) kind: &'static str,
+}
+
+/// A lock that its holder passed to the leading waiter of its client: the lock holds `token`,
+/// the new holder's fencing token is `fencing_token`, and its lease surely lasts until
+/// `expires_at`. Dropped before a waiter took it (the waiter left meanwhile), it runs
+/// `give_back`, the release in Redis.
+pub(crate) struct Passed {
+    pub(crate) token: Arc<str>,
+    pub(crate) fencing_token: u64,
+    pub(crate) expires_at: Instant,
+    pub(crate) cohort: Cohort,
+    give_back: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Passed {
+    pub(crate) fn new(
+        (token, fencing_token): (Arc<str>, u64),
+        (expires_at, cohort): (Instant, Cohort),
+        give_back: Box<dyn FnOnce() + Send>,
+    ) -> Self {
+        Passed {
+            token,
+            fencing_token,
+            expires_at,
+            cohort,
+            give_back: Some(give_back),
+        }
+    }
+
+    /// Taken by the waiter: nothing is given back.
+    pub(crate) fn take(mut self) -> Self {
+        self.give_back = None;
+        self
+    }
+}
+
+impl Drop for Passed {
+    fn drop(&mut self) {
+        if let Some(give_back) = self.give_back.take() {
+            give_back();
+        }
+    }
+}
+
+/// The leader, while it can be passed the lock: what wakes it, and how it takes the lock.
+struct Listener {
+    signal: Arc<Signal>,
+    taker: Taker,
+}
+
 #[derive(Default)]
 struct GateState {
     leader: bool,
     /// Threads in the gate, the leader included.
     inside: usize,
     baton: Option<Baton>,
+    listener: Option<Listener>,
+    passed: Option<Passed>,
 }
 
 #[derive(Default)]
@@ -33,10 +190,39 @@ struct Gate {
     turn: Condvar,
 }
 
-/// The gates of one client, one per lock that has waiters.
+/// How long after its client gave a lock up to other clients a thread that comes for it
+/// waits behind them rather than taking it while it stands free.
+const YIELD_FOR: Duration = Duration::from_secs(1);
+
+/// What this client did last with a lock whose holds it may pass on.
+#[derive(Clone, Copy)]
+enum Held {
+    /// A thread of it holds the lock.
+    Now,
+    /// It released the lock to other waiting clients at the end of a run of passes, then.
+    Yielded(Instant),
+}
+
+/// What a thread found when it entered a gate.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Entered {
+    /// Nothing of note: it attempts.
+    Plainly,
+    /// Another thread of this client held the lock: it passes the lock on, or its release
+    /// keeps this client among the waiting; no attempt is needed first.
+    SiblingHeld,
+    /// This client just gave the lock up to other waiting clients: the first attempt waits
+    /// behind them rather than take the lock while it stands free.
+    Yielded,
+}
+
+/// The gates of one client, one per lock that has waiters; and the locks whose holds it may
+/// pass on that a thread of it holds or just gave up (locked after `gates`, and changed under
+/// it where a thread entering a gate must see it right).
 #[derive(Default)]
 pub(crate) struct Gates {
     gates: Mutex<FastHashMap<Arc<str>, Arc<Gate>>>,
+    held: Mutex<FastHashMap<Arc<str>, Held>>,
 }
 
 /// A thread's place in a gate; dropping it leaves the gate (and hands leadership on).
@@ -47,6 +233,8 @@ pub(crate) struct GatePass<'a> {
     leader: bool,
     /// Another thread led before this one: the lock may have changed hands meanwhile.
     pub(crate) waited: bool,
+    /// What this thread found when it entered.
+    pub(crate) entered: Entered,
 }
 
 impl GatePass<'_> {
@@ -64,25 +252,109 @@ impl GatePass<'_> {
     pub(crate) fn others_inside(&self) -> bool {
         self.gate.state.lock().inside > 1
     }
+
+    /// Lets a holder of this client pass the lock to this leader, which `signal` wakes and
+    /// which takes it with `lease`; `None`: it cannot be woken so (no subscription).
+    pub(crate) fn listen(&self, signal: Option<Arc<Signal>>, taker: Taker) {
+        self.gate.state.lock().listener = signal.map(|signal| Listener { signal, taker });
+    }
+
+    /// The lock passed to this leader, if one was.
+    pub(crate) fn take_passed(&self) -> Option<Passed> {
+        self.gate.state.lock().passed.take().map(Passed::take)
+    }
 }
 
 impl Gates {
-    /// Whether other threads of this client wait for the lock now.
+    /// When a leader of `key`'s gate, waiting for a lock of `kind`, can be passed the lock
+    /// now: how it takes it.
+    pub(crate) fn passable(&self, key: &str, kind: &str) -> Option<Taker> {
+        let gates = self.gates.lock();
+        let state = gates.get(key)?.state.lock();
+        match (&state.listener, &state.passed) {
+            (Some(listener), None) if state.leader && listener.taker.kind == kind => {
+                Some(listener.taker)
+            }
+            _ => None,
+        }
+    }
+
+    /// A thread of this client took `key` with a hold it may pass on: threads that wait for
+    /// it from now on need not attempt first.
+    pub(crate) fn hold_begins(&self, key: &Arc<str>) {
+        self.held.lock().insert(Arc::clone(key), Held::Now);
+    }
+
+    /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns
+    /// whether threads of this client wait for it, who then count on that release to keep
+    /// the client among the lock's waiting clients. `yielded`: the release gives the lock up
+    /// to other waiting clients (a run of passes reached its bound), and a thread that comes
+    /// for it soon waits behind them; else a thread that enters later attempts as usual.
+    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> bool {
+        let gates = self.gates.lock();
+        {
+            let mut held = self.held.lock();
+            match (yielded, held.get_mut(key)) {
+                (true, Some(state)) => *state = Held::Yielded(Instant::now()),
+                _ => {
+                    held.remove(key);
+                }
+            }
+        }
+        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
+    }
+
+    /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
+    /// no leader to take it any more (it is dropped, which releases it in Redis).
+    pub(crate) fn pass_on(&self, key: &str, passed: Passed) -> Result<(), Passed> {
+        let gates = self.gates.lock();
+        let Some(gate) = gates.get(key) else {
+            return Err(passed);
+        };
+        let mut state = gate.state.lock();
+        let signal = match (&state.listener, &state.passed) {
+            (Some(listener), None) if state.leader => Arc::clone(&listener.signal),
+            _ => return Err(passed),
+        };
+        state.passed = Some(passed);
+        drop(state);
+        drop(gates);
+        signal.poke();
+        Ok(())
+    }
+
+    /// Whether other threads of this client wait for the lock now, hold it with a hold they
+    /// may pass on, or just gave it up to other clients: a thread that comes for it then
+    /// goes through the gate.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        self.gates
-            .lock()
-            .get(key)
-            .is_some_and(|g| g.state.lock().inside > 0)
+        let gates = self.gates.lock();
+        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
+            || self.held.lock().contains_key(key)
+    }
+
+    /// What a thread entering `key`'s gate finds (under the gates' lock); forgets a yield
+    /// that is over.
+    fn entered(&self, key: &str) -> Entered {
+        let mut held = self.held.lock();
+        match held.get(key) {
+            Some(Held::Now) => Entered::SiblingHeld,
+            Some(Held::Yielded(at)) if at.elapsed() < YIELD_FOR => Entered::Yielded,
+            Some(Held::Yielded(_)) => {
+                held.remove(key);
+                Entered::Plainly
+            }
+            None => Entered::Plainly,
+        }
     }
 
     /// Enters the gate of `key` and waits to become its leader, until `deadline`. Returns
     /// `None` when the deadline passed first.
     pub(crate) fn lead(&self, key: &Arc<str>, deadline: Option<Instant>) -> Option<GatePass<'_>> {
-        let gate = {
+        let (gate, entered) = {
             let mut gates = self.gates.lock();
             let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
             gate.state.lock().inside += 1;
-            gate
+            (gate, self.entered(key))
         };
         let mut pass = GatePass {
             gates: self,
@@ -90,6 +362,7 @@ impl Gates {
             gate,
             leader: false,
             waited: false,
+            entered,
         };
         let mut state = pass.gate.state.lock();
         while state.leader {
@@ -132,6 +405,7 @@ impl Gates {
             gate,
             leader: true,
             waited: false,
+            entered: Entered::Plainly,
         })
     }
 }
@@ -142,13 +416,20 @@ impl Drop for GatePass<'_> {
         state.inside -= 1;
         if self.leader {
             state.leader = false;
+            state.listener = None;
             self.gate.turn.notify_one();
         }
         let empty = state.inside == 0;
-        // The baton's subscription is dropped outside the gate's lock.
-        let baton = if empty { state.baton.take() } else { None };
+        // The baton's subscription is dropped outside the gate's lock, and so is a lock
+        // passed to nobody (which releases it in Redis); a lock passed to a leader that left
+        // goes to the next.
+        let (baton, passed) = match empty {
+            true => (state.baton.take(), state.passed.take()),
+            false => (None, None),
+        };
         drop(state);
         drop(baton);
+        drop(passed);
         if empty {
             let mut gates = self.gates.gates.lock();
             // Someone may have entered since: remove only a gate that is still empty.

@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
-pub(crate) use gate::{Baton, Gates};
+pub(crate) use gate::{Baton, Cohort, Entered, Gates, Passed, Taker, COHORT_PASSES};
 pub(crate) use pause::Pause;
 pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 
@@ -83,14 +83,22 @@ impl Waiting<'_> {
 /// With a filter (releases name one client), `attempt` is told whether other threads of
 /// this client wait in the gate: a lock taken then keeps the client among the lock's waiting
 /// clients in Redis, and the leader hands its subscription on to the next.
+///
+/// A holder of this client may pass the lock straight to the leader instead of releasing it
+/// (lock cohorting): the leader listens for that with how it takes the lock (`taker`), and
+/// `take_over`
+/// makes what was won of a lock passed to it, without a round trip.
 #[cold]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn contend<W>(
     w: Waiting<'_>,
     lock_key: &Arc<str>,
     (channel, filter): (&Arc<str>, Option<Arc<str>>),
     deadline: Option<Instant>,
     early: Option<(Subscription, u64, Duration, Release)>,
-    mut attempt: impl FnMut(bool) -> Result<Attempt<W>>,
+    taker: Taker,
+    mut attempt: impl FnMut(bool, bool) -> Result<Attempt<W>>,
+    mut take_over: impl FnMut(Passed) -> Result<W>,
 ) -> Result<Option<W>> {
     let wait = w.counters.contended_wait();
     let Some(pass) = w.gates.lead(lock_key, deadline) else {
@@ -109,19 +117,47 @@ pub(crate) fn contend<W>(
         (None, Some((sub, seen, ttl, release))) if !pass.waited => {
             (Some(sub), Some((seen, ttl, release)))
         }
-        _ => (w.subscriber.subscribe(channel, filter), None),
+        _ => {
+            let subscription = w.subscriber.subscribe(channel, filter);
+            // A sibling holds the lock: it passes it on, or its release keeps this client
+            // among the waiting clients, whose turn is announced; nothing to attempt first.
+            let skip = match (&subscription, pass.entered == Entered::SiblingHeld && named) {
+                (Some(sub), true) => Some((sub.seen(), Duration::MAX, Release::Announced)),
+                _ => None,
+            };
+            if let Some(sub) = &subscription {
+                let confirm_by = Instant::now() + w.config.response_timeout;
+                sub.wait_confirmed(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
+            }
+            (subscription, skip)
+        }
     };
     let mut pause = Pause::new(subscription, w.config);
-    if skip_attempt.is_none() {
-        w.confirm(&pause, deadline);
-    }
+    pass.listen(pause.signal(), taker);
+    // Only a first attempt before any wait: an attempt after an announcement that named
+    // this client takes the lock.
+    let mut yielded = pass.entered == Entered::Yielded && skip_attempt.is_none();
     loop {
+        if let Some(passed) = pass.take_passed() {
+            let more = named && pass.others_inside();
+            let won = take_over(passed);
+            if won.is_ok() && more {
+                let seen = pause.seen();
+                if let Some(subscription) = pause.take_subscription() {
+                    pass.hand_over(Baton { subscription, seen });
+                }
+            }
+            return wait.finish(won.map(Some));
+        }
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
             None => {
                 let seen = pause.seen();
                 let more = named && pass.others_inside();
-                match attempt(more) {
+                // The first attempt of a client that just gave the lock up waits behind the
+                // clients it gave it to.
+                let after = named && std::mem::replace(&mut yielded, false);
+                match attempt(more, after) {
                     Ok(Attempt::Acquired(won)) => {
                         if more {
                             if let Some(subscription) = pause.take_subscription() {

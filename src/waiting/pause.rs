@@ -32,6 +32,11 @@ impl Pause {
         self.subscription.take()
     }
 
+    /// The signal that wakes this waiter, when it listens for announcements.
+    pub(crate) fn signal(&self) -> Option<std::sync::Arc<super::Signal>> {
+        self.subscription.as_ref().map(Subscription::signal)
+    }
+
     /// The note of the last announcement that came with one (a lock handed over), taken out.
     pub(crate) fn take_note(&self) -> Option<Box<str>> {
         self.subscription.as_ref().and_then(Subscription::take_note)

@@ -13,8 +13,28 @@
 -- waiter is told again.
 -- Errors with `WRONGTYPE` when a key holds the wrong type (nothing is changed).
 -- Needs errors.lua, fence.lua and queue.lua.
-local holder, refused = holder_of(KEYS[1])
-if refused then return refused end
+local first = redis.call('LINDEX', KEYS[3], 0)
+local holder, refused
+if not first and redis.REDIS_VERSION_NUM then
+  -- Nobody queued: a free lock is taken in one command (`SET NX PX GET`, Redis 7), which
+  -- gives the holder of a held one. A refusal other than the key's type (out of memory
+  -- refuses even a SET NX that would not write) is read again with a GET.
+  holder = redis.pcall('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2], 'GET')
+  if type(holder) == 'table' and holder['err'] then
+    if is_type_error(holder) then
+      return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' exists but is not a lock')
+    end
+    holder, refused = holder_of(KEYS[1])
+    if refused then return refused end
+  elseif not holder then
+    local fence, bad = take_fence(KEYS[1], KEYS[2])
+    if bad then return bad end
+    return {1, fence}
+  end
+else
+  holder, refused = holder_of(KEYS[1])
+  if refused then return refused end
+end
 if holder == ARGV[1] then
   -- Sent again after its reply was lost, and the first one took it, or a release handed it
   -- over: it is ours.
@@ -23,8 +43,12 @@ if holder == ARGV[1] then
   if bad then return bad end
   return {1, fence}
 end
-local now = now_ms()
-local head, head_expiry = live_head(KEYS[3], KEYS[4], now)
+-- The server's clock only when someone holds or queues.
+local now = (first or holder) and now_ms()
+local head, head_expiry
+if first then
+  head, head_expiry = live_head(KEYS[3], KEYS[4], now, first)
+end
 if not holder and (not head or head == ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if head then

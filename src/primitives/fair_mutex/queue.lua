@@ -19,8 +19,12 @@ local function live_head(queue, timeouts, now, head)
   end
   return nil
 end
+-- How long a fencing counter is kept after its lock was freed with nobody waiting: a lock
+-- taken again within that time counts on (one `INCR`); after it the counter is gone and the
+-- next take seeds it from the server's clock again, as after a restart.
+local IDLE_FENCE_MS = 60000
 -- The lock is to be freed (the caller checked that it may be): hand it to the next live
--- waiter, or remove every key when nobody is left.
+-- waiter, or remove every key when nobody is left (the fencing counter a minute later).
 -- The waiter gets the lock for a claim of `claim_ms` only, so that one that died before its
 -- turn holds the others up that long at most; it renews the lock to its lease when it reads
 -- the message `<token> <fencing token> <claim end, server ms>` on its channel. A waiter that
@@ -32,7 +36,8 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
   local now = first and now_ms()
   local head = first and live_head(queue, timeouts, now, first)
   if not head then
-    redis.call('DEL', lock, timeouts, fence)
+    redis.call('DEL', lock, timeouts)
+    redis.call('PEXPIRE', fence, IDLE_FENCE_MS)
     return
   end
   redis.call('SET', lock, head, 'PX', claim_ms)

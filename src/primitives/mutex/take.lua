@@ -11,7 +11,26 @@
 -- A redmutex client's token starts with its client id, 32 hex digits, and a colon.
 local REDMUTEX_TOKEN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x:'
 
+-- How long a client that gave the lock up waits, at most, before it tries again.
+local YIELD_WAIT_MS = 5
+
 local function take_lock(lock, fence, waiting, token, lease, waits)
+  if waits == 'after' then
+    -- The client just gave the lock up to the clients waiting for it: while it stands free
+    -- (the client named by the release is on its way), it is not taken; the client waits
+    -- behind every client waiting now, and tries again after a moment (in case nobody was
+    -- named).
+    if redis.call('EXISTS', lock) == 0 then
+      local now = redis.pcall('GET', fence)
+      local client = string.match(token, '^[^:]+')
+      if type(redis.pcall('ZADD', waiting, tonumber(type(now) == 'string' and now or '0') or 0,
+          client)) == 'number' then
+        redis.call('PEXPIRE', waiting, 2 * tonumber(lease))
+      end
+      return {0, YIELD_WAIT_MS}
+    end
+    waits = 'wait'
+  end
   -- `SET NX PX GET`: the holder before (false: the lock was free and is now the token's), or
   -- an error reply. Redis before 7.0 refuses `NX` with `GET` (and has no
   -- `redis.REDIS_VERSION_NUM`): there a `GET`, then a `SET` when free, which the script runs

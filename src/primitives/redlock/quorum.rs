@@ -94,6 +94,7 @@ impl Inner {
                 units: 1,
                 capacity: 1,
                 more: false,
+                after: false,
             })
         });
         let replies = fan_out(&self.instances, keys, &calls, timeout, doing);

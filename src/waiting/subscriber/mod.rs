@@ -44,6 +44,11 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
+    /// Wakes the waiter as a message would (a lock passed on within the process).
+    pub(crate) fn poke(&self) {
+        self.bump();
+    }
+
     fn bump(&self) {
         *self.generation.lock() += 1;
         self.bumped.notify_all();
@@ -442,6 +447,11 @@ impl Subscription {
             .channels
             .get(&self.channel)
             .is_some_and(|c| c.confirmed)
+    }
+
+    /// The signal that wakes this waiter, for a thread that passes it a lock.
+    pub(crate) fn signal(&self) -> Arc<Signal> {
+        Arc::clone(&self.signal)
     }
 
     /// The current wake-up count; pass it to [`wait`](Self::wait).
