@@ -266,7 +266,10 @@ fn threads_of_one_client_pass_the_lock_on_with_growing_tokens() {
     );
     let s = a.stats();
     let passed = s.passed_on - before.passed_on;
-    assert!(passed >= 100, "only {passed} of 400 holds were passed on: {s:?}");
+    assert!(
+        passed >= 100,
+        "only {passed} of 400 holds were passed on: {s:?}"
+    );
     // A pass that asks Redis reserves tokens for the next ones, which need no round trip
     // (a hold that was not passed on costs a release and at most one acquire script).
     let scripts = server.command_calls("evalsha") - before_scripts;
