@@ -117,23 +117,27 @@ pub(crate) fn contend<W>(
         (None, Some((sub, seen, ttl, release))) if !pass.waited => {
             (Some(sub), Some((seen, ttl, release)))
         }
-        _ => {
-            let subscription = w.subscriber.subscribe(channel, filter);
-            // A sibling holds the lock: it passes it on, or its release keeps this client
-            // among the waiting clients, whose turn is announced; nothing to attempt first.
-            let skip = match (&subscription, pass.entered == Entered::SiblingHeld && named) {
-                (Some(sub), true) => Some((sub.seen(), Duration::MAX, Release::Announced)),
-                _ => None,
-            };
-            if let Some(sub) = &subscription {
-                let confirm_by = Instant::now() + w.config.response_timeout;
-                sub.wait_confirmed(deadline.map_or(confirm_by, |d| d.min(confirm_by)));
-            }
-            (subscription, skip)
-        }
+        _ => (w.subscriber.subscribe(channel, filter), None),
     };
     let mut pause = Pause::new(subscription, w.config);
+    let fresh = skip_attempt.is_none();
+    if fresh {
+        w.confirm(&pause, deadline);
+    }
+    let seen = pause.seen();
     pass.listen(pause.signal(), taker);
+    // A sibling holds the lock still, now that this thread listens (for a pass) and its
+    // subscription is confirmed (for the announcement of its client's turn, which the
+    // sibling's release keeps): nothing to attempt first. Checked only now: a release
+    // before this point was neither a pass to this thread nor surely heard by it.
+    if fresh
+        && named
+        && pass.entered == Entered::SiblingHeld
+        && pause.is_live()
+        && pass.sibling_holds()
+    {
+        skip_attempt = Some((seen, Duration::MAX, Release::Announced));
+    }
     // Only a first attempt before any wait: an attempt after an announcement that named
     // this client takes the lock.
     let mut yielded = pass.entered == Entered::Yielded && skip_attempt.is_none();
