@@ -77,8 +77,14 @@ fn threads_take_turns_through_the_cluster_and_waiters_are_woken() {
     let none: [&str; 0] = [];
     assert!(Client::builder().cluster(none).unwrap_err().is_config());
     assert_eq!(support::overlaps_of_four_threads(&client, "counter"), 0);
-    assert_eq!(client.stats().acquisitions, 80);
-    assert!(client.stats().notifications > 0, "no release was announced");
+    let stats = client.stats();
+    assert_eq!(stats.acquisitions, 80);
+    // Threads of one client are passed the lock by its holder, or woken by an announcement
+    // when it was released in Redis: either way, not by their backoff.
+    assert!(
+        stats.notifications + stats.passed_on > 0,
+        "no waiter was woken: {stats:?}"
+    );
 }
 
 #[test]
