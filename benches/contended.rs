@@ -309,39 +309,6 @@ sys.stdout.flush()
 sys.stdin.read()
 "#;
 
-/// Where redis-py is installed for this benchmark (once per build directory, shared with
-/// `tests/mixed_fleet.rs`).
-fn redis_py() -> &'static std::path::PathBuf {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-redis");
-        if !dir.join("redis").join("__init__.py").exists() {
-            let install = |extra: &[&str]| {
-                Command::new("python3")
-                    .args([
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--disable-pip-version-check",
-                    ])
-                    .args(extra)
-                    .arg("--target")
-                    .arg(&dir)
-                    .arg("redis>=4.5,<7")
-                    .env("PIP_ROOT_USER_ACTION", "ignore")
-                    .status()
-                    .expect("python3 with pip (scripts/ensure-redis installs them)")
-                    .success()
-            };
-            // A Debian Python refuses installs it does not manage unless told.
-            let installed = install(&[]) || install(&["--break-system-packages"]);
-            assert!(installed, "pip could not install redis-py");
-        }
-        dir
-    })
-}
-
 /// Commands that only the crate's scripts run in this benchmark: counting them apart tells
 /// the commands clients sent (one per round trip) from those their scripts executed.
 const SCRIPT_INTERNAL: &[&str] = &[
@@ -542,7 +509,9 @@ fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) ->
             let mut command = match contender {
                 Contender::RedisPy => {
                     let mut c = Command::new("python3");
-                    c.arg("-c").arg(PY_WORKER).env("PYTHONPATH", redis_py());
+                    c.arg("-c")
+                        .arg(PY_WORKER)
+                        .env("PYTHONPATH", support::python::redis_py());
                     c
                 }
                 Contender::Mutex | Contender::FairMutex => {

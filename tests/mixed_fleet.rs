@@ -5,9 +5,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind};
@@ -33,37 +31,6 @@ for line in sys.stdin:
         print("yes" if lock.locked() else "no", flush=True)
 "#;
 
-/// Where redis-py is installed for these tests (once per build directory).
-fn redis_py() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("python-redis");
-        if !dir.join("redis").join("__init__.py").exists() {
-            let install = |extra: &[&str]| {
-                Command::new("python3")
-                    .args([
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--disable-pip-version-check",
-                    ])
-                    .args(extra)
-                    .arg("--target")
-                    .arg(&dir)
-                    .arg("redis>=4.5,<7")
-                    .status()
-                    .expect("python3 with pip (scripts/ensure-redis installs them)")
-                    .success()
-            };
-            // A Debian Python refuses installs it does not manage unless told.
-            let installed = install(&[]) || install(&["--break-system-packages"]);
-            assert!(installed, "pip could not install redis-py");
-        }
-        dir
-    })
-}
-
 /// One redis-py process holding a `Lock` object on `key`.
 struct PyLock {
     child: Child,
@@ -78,7 +45,7 @@ impl PyLock {
             .arg(DRIVER)
             .arg(server.url())
             .arg(key)
-            .env("PYTHONPATH", redis_py())
+            .env("PYTHONPATH", support::python::redis_py())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

@@ -6,6 +6,7 @@
 
 pub mod cluster;
 pub mod netns;
+pub mod python;
 pub mod sentinel;
 pub mod tls;
 
