@@ -4,8 +4,11 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use redmutex::events::{EventHandler, Waiting};
 use redmutex::{Client, ErrorKind};
 use support::{eventually, within, RedisServer};
 
@@ -162,4 +165,83 @@ fn one_server_asks_no_replica_by_default() {
         0,
         "a client of one server waited for replicas"
     );
+}
+
+/// A lock passed between two threads of one client hands out new fencing tokens (a block of
+/// them, reserved in Redis): that write must reach every replica an acquire's would, not the
+/// fewer a renewal asks. Here one of two replicas leaves the master (as the replica being
+/// promoted does in a planned failover); the master still has the other, and a pass that
+/// only it acknowledged would hand out tokens that the replica which left never saw — tokens
+/// its promotion would hand out again.
+#[test]
+fn a_pass_between_threads_hands_out_tokens_only_every_replica_acknowledged() {
+    let master = RedisServer::start();
+    let staying = replica_of(&master);
+    let leaving = replica_of(&master);
+    let waiting = Arc::new(WaitingThreads::default());
+    let client = Client::builder()
+        .replica_acks(2, Duration::from_millis(300))
+        .outage_patience(Duration::from_secs(2))
+        .event_handler(Arc::clone(&waiting))
+        .open(master.url())
+        .unwrap();
+    let held = client.mutex("passed").lock().unwrap();
+    let first = held.fencing_token();
+
+    // The leaving replica stops following the master; the master keeps the other one.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut leaving.conn())
+        .unwrap();
+    let attached = eventually(Duration::from_secs(30), || {
+        master
+            .info_field("replication", "connected_slaves")
+            .as_deref()
+            == Some("1")
+    });
+    assert!(attached, "the master still counts two replicas");
+
+    // Another thread of the client waits; the holder's release passes the lock to it.
+    let c = client.clone();
+    let waiter = std::thread::spawn(move || {
+        c.mutex("passed")
+            .try_lock_for(Duration::from_secs(10))
+            .map(|g| g.map(|g| g.fencing_token()))
+    });
+    assert!(
+        eventually(Duration::from_secs(30), || waiting.0.load(Ordering::SeqCst)
+            > 0),
+        "the second thread never waited"
+    );
+    // It listens for a pass a moment after it begins to wait.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(held);
+    let got = waiter.join().unwrap();
+    let on_leaving: Option<u64> = redis::cmd("GET")
+        .arg("redmutex:{passed}:fence")
+        .query(&mut leaving.conn())
+        .unwrap();
+    match got {
+        Ok(None) => panic!("the waiter timed out instead of being refused"),
+        Ok(Some(token)) => panic!(
+            "token {token} (after {first}) was handed out with one replica's acknowledgement; \
+             the replica that left has the counter at {on_leaving:?}"
+        ),
+        Err(e) => assert!(e.is_not_replicated(), "{e}"),
+    }
+    drop(staying);
+}
+
+/// Counts the threads that wait now.
+#[derive(Default)]
+struct WaitingThreads(AtomicUsize);
+
+impl EventHandler for WaitingThreads {
+    fn waiting(&self, event: &Waiting<'_>) {
+        match event.started {
+            true => self.0.fetch_add(1, Ordering::SeqCst),
+            false => self.0.fetch_sub(1, Ordering::SeqCst),
+        };
+    }
 }

@@ -366,7 +366,10 @@ impl LeaseGuard {
             .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease)?;
         let sent_at = Instant::now();
         let reply = ctx.call_once(&hold.lock_key, self.doing("passing on"), |c| {
-            match ctx.replicas_to_ask(LeaseWrite::Renewal, c)? {
+            // The pass hands out fencing tokens: it asks the replicas an acquire asks, not the
+            // fewer a renewal may (in a planned failover, the replica being promoted has left
+            // the master while another still acknowledges it).
+            match ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
                 Some((replicas, timeout)) => {
                     let (reply, got): (Vec<i64>, i64) =
                         call.invoke_and_wait(c, replicas, timeout)?;

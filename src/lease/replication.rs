@@ -12,7 +12,8 @@ use crate::connection::Conn;
 /// Which write of a lease asks the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LeaseWrite {
-    /// An acquire: the lock is new on this server.
+    /// An acquire (the lock is new on this server), or any write that hands out fencing
+    /// tokens (a pass between the threads of a client reserves a block of them).
     Acquire,
     /// A renewal or a change of a lease that an acquire set.
     Renewal,
