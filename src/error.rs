@@ -106,6 +106,10 @@ pub enum ErrorKind {
     /// [`Client::shared_existing`](crate::Client::shared_existing) found no value stored. The
     /// lock was released and nothing was written.
     NoValue,
+    /// An optimistic update of a [`Shared`](crate::Shared) value
+    /// ([`update_for`](crate::Shared::update_for)) found the value changed or locked by
+    /// someone else at every try until its deadline. Nothing was written.
+    Conflict,
 }
 
 impl ErrorKind {
@@ -123,6 +127,7 @@ impl ErrorKind {
             ErrorKind::NotReplicated => "not acknowledged by enough replicas",
             ErrorKind::Decode => "stored value does not decode",
             ErrorKind::NoValue => "no value stored",
+            ErrorKind::Conflict => "changed by someone else at every try",
         }
     }
 }

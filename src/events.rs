@@ -106,6 +106,25 @@ pub struct Waiting<'a> {
     pub started: bool,
 }
 
+/// An optimistic update of a [`Shared`](crate::Shared) value ended
+/// ([`Shared::update`](crate::Shared::update) and its timed forms).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Updated<'a> {
+    /// The value's name.
+    pub name: &'a str,
+    /// Tries that found the value changed or locked since they read it, each followed by
+    /// another read (and another run of the closure).
+    pub conflicts: u32,
+    /// Whether a new value was written (not when the closure changed nothing, nor when the
+    /// update failed).
+    pub written: bool,
+    /// How the update failed, if it did ([`ErrorKind::Conflict`] when its deadline passed).
+    pub error: Option<ErrorKind>,
+    /// From the call to its end.
+    pub took: Duration,
+}
+
 /// Receives a client's events; every method has a default that does nothing, so a handler
 /// implements only what it needs.
 ///
@@ -151,6 +170,8 @@ pub trait EventHandler: Send + Sync + 'static {
     fn renewed(&self, _event: &Renewed) {}
     /// A thread started or stopped waiting.
     fn waiting(&self, _event: &Waiting<'_>) {}
+    /// An optimistic update of a [`Shared`](crate::Shared) value ended.
+    fn updated(&self, _event: &Updated<'_>) {}
 }
 
 /// A shared handler: keep an `Arc` of it to read what it counted while the client tells it
@@ -202,6 +223,9 @@ impl<T: EventHandler> EventHandler for Arc<T> {
     }
     fn waiting(&self, event: &Waiting<'_>) {
         (**self).waiting(event)
+    }
+    fn updated(&self, event: &Updated<'_>) {
+        (**self).updated(event)
     }
 }
 

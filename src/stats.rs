@@ -64,6 +64,12 @@ pub struct Stats {
     pub notifications: u64,
     /// Times the subscriber connection broke and was made again.
     pub subscriber_reconnects: u64,
+    /// Optimistic updates of a [`Shared`](crate::Shared) value that ended, written or not
+    /// ([`Shared::update`](crate::Shared::update)).
+    pub updates: u64,
+    /// Tries of optimistic updates that found the value changed or locked since they read it,
+    /// and read it again.
+    pub update_conflicts: u64,
     /// Clean-ups of calls whose outcome is unknown (an acquire or release that timed out)
     /// that the renewal thread is still sending, until Redis answers or their lease ran out.
     pub pending_cleanups: u64,
@@ -112,6 +118,8 @@ pub(crate) struct Counters {
     pub(crate) releases: AtomicU64,
     pub(crate) lost: AtomicU64,
     pub(crate) outage_retries: AtomicU64,
+    pub(crate) updates: AtomicU64,
+    pub(crate) update_conflicts: AtomicU64,
     /// Who hears of acquisitions, releases, time-outs, lost leases.
     pub(crate) events: Events,
 }
@@ -164,6 +172,8 @@ impl Counters {
             releases: get(&self.releases),
             lost: get(&self.lost),
             outage_retries: get(&self.outage_retries),
+            updates: get(&self.updates),
+            update_conflicts: get(&self.update_conflicts),
             renewals: background.renewals,
             renewal_round_trips: background.renewal_round_trips,
             renewal_time: background.renewal_time,

@@ -14,6 +14,8 @@
 //! | `redmutex_renewal_round_seconds` | histogram | one round of the renewal thread |
 //! | `redmutex_renewal_batch_size` | histogram | leases renewed per round |
 //! | `redmutex_renewal_round_trips_total` | counter | round trips renewal took |
+//! | `redmutex_updates_total` | counter | optimistic updates of a `Shared` value that ended, by `outcome` (`written`, `unchanged`, or the error kind) |
+//! | `redmutex_update_conflicts_total` | counter | their tries that found the value changed or locked, and read it again |
 //!
 //! Every lock metric has a `kind` label (`Mutex`, `FairMutex`, …); a `lock` label with the
 //! lock's name only when asked ([`with_lock_names`](MetricsEvents::with_lock_names), or
@@ -24,7 +26,9 @@ use std::sync::Arc;
 
 use ::metrics::{counter, gauge, histogram, Label};
 
-use super::{Acquired, EventHandler, Failed, LeaseLost, Released, Renewed, TimedOut, Waiting};
+use super::{
+    Acquired, EventHandler, Failed, LeaseLost, Released, Renewed, TimedOut, Updated, Waiting,
+};
 
 /// A function from a lock's name to its `lock` label (or none).
 type NameMap = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -155,5 +159,18 @@ impl EventHandler for MetricsEvents {
             true => threads.increment(1.0),
             false => threads.decrement(1.0),
         }
+    }
+
+    fn updated(&self, e: &Updated<'_>) {
+        let mut labels = self.labels(e.name, "Shared");
+        let outcome = match (e.error, e.written) {
+            (Some(kind), _) => format!("{kind:?}"),
+            (None, true) => "written".to_owned(),
+            (None, false) => "unchanged".to_owned(),
+        };
+        counter!("redmutex_update_conflicts_total", labels.iter())
+            .increment(u64::from(e.conflicts));
+        labels.push(Label::new("outcome", outcome));
+        counter!("redmutex_updates_total", labels.iter()).increment(1);
     }
 }

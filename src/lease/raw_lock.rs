@@ -120,7 +120,7 @@ impl RawLock {
         self.protocol.kind()
     }
 
-    fn keys(&self) -> Result<&Arc<LockKeys>> {
+    pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
         self.keys.as_ref().map_err(Clone::clone)
     }
 

@@ -85,7 +85,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 38);
+        assert_eq!(loaded, 39);
         drop(server);
     }
 }

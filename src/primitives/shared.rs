@@ -4,6 +4,7 @@
 
 mod codec;
 mod guard;
+mod optimistic;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -27,12 +28,16 @@ use crate::primitives::mutex::{self, taking_locks, with_waiters};
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("shared/acquire.lua")));
 
+/// Moves the value's version on a holder's write: see `shared/version.lua`.
+const VERSION: &str = include_str!("shared/version.lua");
+
 /// Writes the value and releases: see `shared/release.lua`.
 static RELEASE_WITH: LazyLock<Script> =
-    LazyLock::new(|| with_waiters(include_str!("shared/release.lua")));
+    LazyLock::new(|| with_waiters(&[VERSION, include_str!("shared/release.lua")].concat()));
 
 /// Writes the value and keeps the lock: see `shared/commit.lua`.
-static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("shared/commit.lua")));
+static COMMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&[VERSION, include_str!("shared/commit.lua")].concat()));
 
 /// The scripts of this primitive, for the test that loads every script into Redis.
 #[cfg(test)]
@@ -41,6 +46,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("shared/acquire", &*ACQUIRE),
         ("shared/release", &*RELEASE_WITH),
         ("shared/commit", &*COMMIT),
+        ("shared/update", &*optimistic::UPDATE),
     ]
 }
 
@@ -57,6 +63,7 @@ pub(crate) fn commit_call(keys: &LockKeys, token: &str, bytes: &[u8]) -> ScriptC
     ScriptCall::new(&COMMIT)
         .key(&keys.lock)
         .key(value_key(keys))
+        .key(&keys.fence)
         .arg(token)
         .arg(bytes)
 }
@@ -88,6 +95,7 @@ impl Protocol for SharedProtocol {
             .key(&keys.lock)
             .key(&keys.waiting)
             .key(value_key(keys))
+            .key(&keys.fence)
             .arg(token)
             .arg(&*keys.channel)
             .arg(value)
@@ -289,18 +297,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         };
         // On an error below, `inner` is dropped: the lock is released, nothing written.
         let stored = inner.take_payload();
-        let value = match &stored {
-            Some(bytes) => self.codec.decode(&value_key(inner.keys()), bytes)?,
-            None => match &self.missing {
-                Some(initial) => initial(),
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::NoValue,
-                        format!("shared value {:?} has no value stored", self.raw.name()),
-                    ))
-                }
-            },
-        };
+        let value = self.value_of(&value_key(inner.keys()), stored.as_deref())?;
         Ok(Some(SharedGuard::new(inner, value, stored, self.codec)))
     }
 }

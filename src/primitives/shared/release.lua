@@ -1,12 +1,14 @@
 -- Write the value and release the lock, in one step, if the lock still holds our token: a
--- holder whose lease ran out writes nothing. The release names the client that has waited
--- longest, as a `Mutex`'s does.
+-- holder whose lease ran out writes nothing. A write moves the value's version (the fencing
+-- counter), so that an update that read the value before it is refused. The release names the
+-- client that has waited longest, as a `Mutex`'s does.
 --
--- KEYS[1]: the lock; KEYS[2]: the waiting clients; KEYS[3]: the value.
+-- KEYS[1]: the lock; KEYS[2]: the waiting clients; KEYS[3]: the value; KEYS[4]: the fencing
+-- counter.
 -- ARGV[1]: the token; ARGV[2]: the release channel; ARGV[3]: the value's new bytes (empty:
 -- remove the value; an encoded value is never empty, it starts with its codec's tag).
--- Reply: 1 when written (or removed) and released, 0 when the lock held another token or none (nothing
--- written). Needs announce.lua and mutex/waiters.lua.
+-- Reply: 1 when written (or removed) and released, 0 when the lock held another token or none
+-- (nothing written). Needs announce.lua, mutex/waiters.lua and shared/version.lua.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -15,6 +17,7 @@ if ARGV[3] == '' then
 else
   redis.call('SET', KEYS[3], ARGV[3])
 end
+move_version(KEYS[4])
 redis.call('DEL', KEYS[1])
 name_next(KEYS[2], ARGV[2])
 return 1

@@ -1,0 +1,325 @@
+//! Optimistic access to a [`Shared`] value, beside the lock: [`Shared::get`] reads the value
+//! without taking the lock; [`Shared::update`] reads it with its version, runs the caller's
+//! closure on a copy, and writes the result back only if nobody wrote or took the lock in
+//! between (`update.lua`), else reads again and runs the closure again.
+//!
+//! The version is the lock's fencing counter: every acquire moves it, every holder's write
+//! moves it (`version.lua`, in the release and commit scripts), and every update moves it.
+//! So an update never overwrites a write it did not read, and a holder's write never goes
+//! under an update: while the lock is held, updates wait.
+
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use redis::Script;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{value_key, Shared};
+use crate::connection::ScriptCall;
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::events::Updated;
+use crate::keys::LockKeys;
+use crate::lease::scripts::with_fence;
+use crate::stats::Counters;
+use crate::waiting::Backoff;
+
+/// Writes a value if nothing changed since it was read: see `update.lua`.
+pub(super) static UPDATE: LazyLock<Script> =
+    LazyLock::new(|| with_fence(include_str!("update.lua")));
+
+/// The value as an update read it, in one step: its bytes, its version (the fencing counter's
+/// text, empty when there is none) and whether the lock was held.
+struct Snapshot {
+    bytes: Option<Vec<u8>>,
+    version: String,
+    held: bool,
+}
+
+/// What the write of an update found.
+enum Write {
+    Done,
+    /// The lock was held or the version had moved: nothing written.
+    Conflict,
+}
+
+impl<T: Serialize + DeserializeOwned> Shared<T> {
+    /// The value now, read without taking the lock: one round trip, never blocked by a holder.
+    /// It is the last value written by a holder's release or [`commit`](super::SharedGuard::commit),
+    /// or by an [`update`](Shared::update) — not the changes a holder has not written yet.
+    ///
+    /// A missing value is `T::default()` (or the handle's initial value); a handle made with
+    /// [`Client::shared_existing`](crate::Client::shared_existing) reports it as an
+    /// [`ErrorKind::NoValue`] error.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Decode`] when the stored value does not decode into `T`,
+    /// [`ErrorKind::NoValue`] as above, [`ErrorKind::WrongType`] when the value's key is not a
+    /// string; and the errors of any call to Redis ([`ErrorKind::Connection`],
+    /// [`ErrorKind::Timeout`], …).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let catalogue = client.shared::<Vec<String>>("catalogue");
+    /// for item in catalogue.get()? {
+    ///     println!("{item}");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn get(&self) -> Result<T> {
+        let keys = self.raw.keys()?;
+        let ctx = &self.raw.ctx;
+        ctx.ensure_open()?;
+        let key = value_key(keys);
+        let bytes: Option<Vec<u8>> = ctx.call(&keys.lock, self.doing("reading"), |c| {
+            redis::cmd("GET").arg(&key).query(c)
+        })?;
+        self.value_of(&key, bytes.as_deref())
+    }
+
+    /// Changes the value without taking the lock: reads it with its version, runs `change` on
+    /// it here, and writes the result back in one script round trip only if nobody wrote the
+    /// value or took the lock since the read. On such a conflict it waits a backoff step (full
+    /// jitter) and starts again: a new read, and `change` again on the new value. While the
+    /// lock is held, it waits for the holder. Keeps trying until it succeeds; see
+    /// [`update_for`](Shared::update_for) for a bound.
+    ///
+    /// `change` may run several times, so it must not have other effects; it returns what
+    /// the call returns (from its last run). A value it leaves as it was (encoded to the same
+    /// bytes) is not written: the call then costs one round trip. A panic in `change` writes
+    /// nothing and goes on up.
+    ///
+    /// Suited to values read far more often than written: reads ([`get`](Shared::get)) never
+    /// wait, and updates cost two round trips when they do not collide. Under many writers of
+    /// one value, [`lock`](Shared::lock) does better (see the README).
+    ///
+    /// # Errors
+    ///
+    /// As for [`get`](Shared::get), and [`ErrorKind::WrongType`] when the fencing counter is
+    /// not an integer. Errors that may pass (a connection refused, `READONLY` during a
+    /// failover) are tried again for the client's
+    /// [outage patience](crate::Builder::outage_patience) when they cannot have written
+    /// anything; an error whose outcome is unknown (a [`Timeout`](ErrorKind::Timeout) of the
+    /// write, or its connection dropped) is returned at once: the value may or may not have
+    /// been written.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let stock = client.shared::<u64>("stock:sku-42");
+    /// // Take one if there is one; `change` says whether it did.
+    /// let took = stock.update(|left| {
+    ///     if *left == 0 {
+    ///         return false; // nothing written
+    ///     }
+    ///     *left -= 1;
+    ///     true
+    /// })?;
+    /// println!("took one: {took}");
+    /// # Ok(()) }
+    /// ```
+    pub fn update<R>(&self, change: impl FnMut(&mut T) -> R) -> Result<R> {
+        self.update_by(None, change)
+    }
+
+    /// [`update`](Shared::update), giving up when `timeout` has passed: then an
+    /// [`ErrorKind::Conflict`] error, with nothing written.
+    ///
+    /// # Errors
+    ///
+    /// As for [`update`](Shared::update), and [`ErrorKind::Conflict`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let visits = client.shared::<u64>("visits");
+    /// match visits.update_for(Duration::from_secs(2), |n| *n += 1) {
+    ///     Ok(()) => {}
+    ///     Err(e) if e.kind() == redmutex::ErrorKind::Conflict => println!("too busy; later"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn update_for<R>(&self, timeout: Duration, change: impl FnMut(&mut T) -> R) -> Result<R> {
+        self.update_by(Instant::now().checked_add(timeout), change)
+    }
+
+    /// [`update`](Shared::update), giving up at `deadline`: then an [`ErrorKind::Conflict`]
+    /// error, with nothing written.
+    ///
+    /// # Errors
+    ///
+    /// As for [`update_for`](Shared::update_for).
+    pub fn update_until<R>(&self, deadline: Instant, change: impl FnMut(&mut T) -> R) -> Result<R> {
+        self.update_by(Some(deadline), change)
+    }
+
+    fn update_by<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut change: impl FnMut(&mut T) -> R,
+    ) -> Result<R> {
+        let started = Instant::now();
+        let mut conflicts = 0u32;
+        let result = self.update_loop(deadline, &mut change, &mut conflicts);
+        let ctx = &self.raw.ctx;
+        Counters::add(&ctx.counters.updates, 1);
+        Counters::add(&ctx.counters.update_conflicts, u64::from(conflicts));
+        ctx.counters.events.emit(|h| {
+            h.updated(&Updated {
+                name: self.raw.name(),
+                conflicts,
+                written: matches!(result, Ok((_, true))),
+                error: result.as_ref().err().map(Error::kind),
+                took: started.elapsed(),
+            })
+        });
+        result.map(|(out, _)| out)
+    }
+
+    /// Tries until written, unchanged, or the deadline: what `change` returned, and whether
+    /// a value was written.
+    fn update_loop<R>(
+        &self,
+        deadline: Option<Instant>,
+        change: &mut impl FnMut(&mut T) -> R,
+        conflicts: &mut u32,
+    ) -> Result<(R, bool)> {
+        let keys = self.raw.keys()?;
+        let ctx = &self.raw.ctx;
+        let config = &ctx.config;
+        let key = value_key(keys);
+        let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
+        // Since when errors that may pass have kept this update from trying.
+        let mut outage: Option<Instant> = None;
+        loop {
+            ctx.ensure_open()?;
+            let tried = self.read_versioned(keys, &key).and_then(|snapshot| {
+                if snapshot.held {
+                    return Ok(None);
+                }
+                let (mut value, before) = match &snapshot.bytes {
+                    Some(bytes) => (self.codec.decode(&key, bytes)?, None),
+                    None => {
+                        let value = self.value_of(&key, None)?;
+                        let before = self.codec.encode(&value)?;
+                        (value, Some(before))
+                    }
+                };
+                let out = change(&mut value);
+                let bytes = self.codec.encode(&value)?;
+                let unchanged = match &before {
+                    Some(before) => *before == bytes,
+                    None => snapshot.bytes.as_deref() == Some(&bytes[..]),
+                };
+                if unchanged {
+                    return Ok(Some((out, false)));
+                }
+                match self.write_if_unchanged(keys, &key, &snapshot.version, &bytes)? {
+                    Write::Done => Ok(Some((out, true))),
+                    Write::Conflict => Ok(None),
+                }
+            });
+            match tried {
+                Ok(Some(done)) => return Ok(done),
+                Ok(None) => {
+                    outage = None;
+                    *conflicts = conflicts.saturating_add(1);
+                }
+                // Nothing was written: try again while the outage may pass.
+                Err(e) if e.is_transient() && !e.outcome_unknown() => {
+                    let since = *outage.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= config.outage_patience {
+                        return Err(e);
+                    }
+                    Counters::add(&ctx.counters.outage_retries, 1);
+                }
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            let mut delay = backoff.next_delay().max(Duration::from_micros(50));
+            if let Some(deadline) = deadline {
+                if now >= deadline {
+                    return Err(Error::new(
+                        ErrorKind::Conflict,
+                        format!(
+                            "updating shared value {:?}: changed or locked by someone else at \
+                             each of {} tries; nothing written",
+                            self.raw.name(),
+                            conflicts.saturating_add(1)
+                        ),
+                    ));
+                }
+                delay = delay.min(deadline - now);
+            }
+            std::thread::sleep(delay);
+        }
+    }
+
+    /// Reads the value, its version and whether the lock is held, in one step (`MGET`: the
+    /// three keys share a slot).
+    fn read_versioned(&self, keys: &LockKeys, key: &str) -> Result<Snapshot> {
+        let (bytes, version, holder): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) =
+            self.raw.ctx.call(&keys.lock, self.doing("reading"), |c| {
+                redis::cmd("MGET")
+                    .arg(key)
+                    .arg(&keys.fence)
+                    .arg(&keys.lock)
+                    .query(c)
+            })?;
+        Ok(Snapshot {
+            bytes,
+            version: version.unwrap_or_default(),
+            held: holder.is_some(),
+        })
+    }
+
+    /// Writes `bytes` if the lock is free and the version is still `version`.
+    fn write_if_unchanged(
+        &self,
+        keys: &LockKeys,
+        key: &str,
+        version: &str,
+        bytes: &[u8],
+    ) -> Result<Write> {
+        let call = ScriptCall::new(&UPDATE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(key)
+            .arg(version)
+            .arg(bytes);
+        let (written, _): (i64, String) =
+            self.raw
+                .ctx
+                .call_once(&keys.lock, self.doing("updating"), |c| call.invoke(c))?;
+        Ok(match written {
+            1 => Write::Done,
+            _ => Write::Conflict,
+        })
+    }
+
+    /// The value stored as `bytes` at `key`, or the handle's initial value when none is.
+    pub(super) fn value_of(&self, key: &str, bytes: Option<&[u8]>) -> Result<T> {
+        match (bytes, &self.missing) {
+            (Some(bytes), _) => self.codec.decode(key, bytes),
+            (None, Some(initial)) => Ok(initial()),
+            (None, None) => Err(Error::new(
+                ErrorKind::NoValue,
+                format!("shared value {:?} has no value stored", self.raw.name()),
+            )),
+        }
+    }
+
+    fn doing(&self, action: &'static str) -> Doing<'_> {
+        Doing::lock(action, self.raw.name())
+    }
+}
