@@ -470,6 +470,23 @@ fn every_primitive_works_with_names_on_every_shard() {
                 .unwrap(),
             6
         );
+        // Optimistic access: the value, its version and the lock read in one command, and
+        // written in one script, all in the value's slot.
+        let shared = other.shared::<u64>(format!("value-{name}"));
+        assert_eq!(shared.get().unwrap(), 6);
+        assert_eq!(
+            shared
+                .update(|n| {
+                    *n += 1;
+                    *n
+                })
+                .unwrap(),
+            7
+        );
+        assert_eq!(
+            client.shared::<u64>(format!("value-{name}")).get().unwrap(),
+            7
+        );
         // A fair semaphore's waiter is woken on its client's channel, on the name's shard.
         let one = client
             .fair_semaphore(format!("fair-{name}"), 1)

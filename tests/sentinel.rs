@@ -408,6 +408,50 @@ fn a_sentinel_deployment_over_tls() {
     assert!(started.elapsed() < Duration::from_secs(15));
 }
 
+/// Optimistic updates through the failover of a killed master: updates go on on the new
+/// master, and the only errors are those of a write whose outcome is unknown.
+#[test]
+fn updates_go_on_through_the_failover_of_a_killed_master() {
+    let mut deployment = SentinelDeployment::start();
+    let client = client(&deployment);
+    let counter = client.shared::<u64>("optimistic");
+    counter.update(|n| *n += 1).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, stopped) = (counter.clone(), std::sync::Arc::clone(&stop));
+    let worker = std::thread::spawn(move || -> redmutex::Result<(u64, u64)> {
+        let (mut written, mut unknown) = (1, 0);
+        while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            match c.update_for(LIMIT, |n| *n += 1) {
+                Ok(()) => written += 1,
+                Err(e) if matches!(e.kind(), ErrorKind::Timeout | ErrorKind::Connection) => {
+                    unknown += 1
+                }
+                Err(e) => return Err(e),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok((written, unknown))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let old = deployment.master().port();
+    deployment.node_mut(old).kill();
+    let new = deployment.wait_for_new_master(old);
+    assert_ne!(old, new);
+    let at_switch = client.stats().updates;
+    assert!(eventually(LIMIT, || client.stats().updates > at_switch + 5));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (written, unknown) = within(LIMIT, move || worker.join().unwrap())
+        .unwrap_or_else(|e| panic!("an update failed during the failover: {e}"));
+    // Writes not yet on the promoted replica are lost with the old master; none is applied
+    // twice.
+    let value = counter.get().unwrap();
+    assert!(
+        value <= written + unknown,
+        "{value} > {written} + {unknown}"
+    );
+    assert!(value > 5);
+}
+
 #[test]
 fn lock_rides_through_the_failover_of_a_killed_master() {
     let mut deployment = SentinelDeployment::start();
