@@ -6,6 +6,8 @@
 //!    (the same processes sending a plain `GET` of the value: the ceiling of any read).
 //! 2. The write share: 5 %, 25 %, 50 % and 100 % writes, both styles: operations per second,
 //!    and for the updates their conflicts (reads again) per update.
+//! 3. Slow changes: 100 % writes, each change taking 1 ms of work between its read and its
+//!    write (inside the closure, or while holding the lock).
 //!
 //! Every write is checked: the field's final value must be the number of writes made.
 //!
@@ -91,6 +93,7 @@ fn worker(args: &[String]) {
         args[3].parse::<u64>().expect("run ms"),
         args[4].parse::<u64>().expect("write share"),
     );
+    let work = Duration::from_micros(args[5].parse::<u64>().expect("work"));
     let client = Client::open(url.as_str()).expect("client");
     let value = client.shared_or(NAME, catalogue());
     value.get().expect("warm-up read");
@@ -119,7 +122,12 @@ fn worker(args: &[String]) {
                             std::hint::black_box(value.get().expect("get").items.len());
                         }
                         (Style::Optimistic, true) => {
-                            value.update(|c| c.writes += 1).expect("update");
+                            value
+                                .update(|c| {
+                                    busy(work);
+                                    c.writes += 1;
+                                })
+                                .expect("update");
                             writes += 1;
                         }
                         (Style::Lock, false) => {
@@ -129,6 +137,7 @@ fn worker(args: &[String]) {
                         }
                         (Style::Lock, true) => {
                             let mut g = value.lock().expect("lock");
+                            busy(work);
                             g.writes += 1;
                             g.unlock().expect("unlock");
                             writes += 1;
@@ -149,13 +158,21 @@ fn worker(args: &[String]) {
     println!("DONE {ops} {writes} {}", client.stats().update_conflicts);
 }
 
-/// One run of `processes` x `threads` workers in `style` for `time`.
+/// Work that takes `d` (a sleep: the machine's two cores stay for the others).
+fn busy(d: Duration) {
+    if !d.is_zero() {
+        std::thread::sleep(d);
+    }
+}
+
+/// One run of `processes` x `threads` workers in `style` for `time`, with `permille` writes
+/// whose change takes `work`.
 fn run(
     server: &RedisServer,
     style: Style,
     (processes, threads): (usize, usize),
     time: Duration,
-    permille: u64,
+    (permille, work): (u64, Duration),
 ) -> Run {
     let exe = std::env::current_exe().expect("bench binary");
     let mut children: Vec<_> = (0..processes)
@@ -167,6 +184,7 @@ fn run(
                 .arg(threads.to_string())
                 .arg(time.as_millis().to_string())
                 .arg(permille.to_string())
+                .arg(work.as_micros().to_string())
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -242,9 +260,10 @@ fn main() {
     let (mut opt, mut lock, mut raw, mut ratio, mut opt_raw, mut lock_raw) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..rounds {
-        let r = run(&server, Style::Raw, shape, time, 50);
-        let o = run(&server, Style::Optimistic, shape, time, 50);
-        let l = run(&server, Style::Lock, shape, time, 50);
+        let mix = (50, Duration::ZERO);
+        let r = run(&server, Style::Raw, shape, time, mix);
+        let o = run(&server, Style::Optimistic, shape, time, mix);
+        let l = run(&server, Style::Lock, shape, time, mix);
         made += o.writes + l.writes;
         raw.push(r.ops_per_sec);
         opt.push(o.ops_per_sec);
@@ -280,8 +299,20 @@ fn main() {
         let (mut o_rates, mut l_rates, mut ratios, mut conflicts) =
             (vec![], vec![], vec![], vec![]);
         for _ in 0..rounds {
-            let o = run(&server, Style::Optimistic, shape, time, permille);
-            let l = run(&server, Style::Lock, shape, time, permille);
+            let o = run(
+                &server,
+                Style::Optimistic,
+                shape,
+                time,
+                (permille, Duration::ZERO),
+            );
+            let l = run(
+                &server,
+                Style::Lock,
+                shape,
+                time,
+                (permille, Duration::ZERO),
+            );
             made += o.writes + l.writes;
             o_rates.push(o.ops_per_sec);
             l_rates.push(l.ops_per_sec);
@@ -303,6 +334,28 @@ fn main() {
         .series("share_lock_per_sec", &lock_series)
         .series("share_optimistic_to_lock", &ratio_series)
         .series("share_conflicts_per_update", &conflict_series);
+
+    // 3. Slow changes.
+    let slow = (1000, Duration::from_millis(1));
+    let (mut o_rates, mut l_rates, mut ratios, mut conflicts) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..rounds {
+        let o = run(&server, Style::Optimistic, shape, time, slow);
+        let l = run(&server, Style::Lock, shape, time, slow);
+        made += o.writes + l.writes;
+        o_rates.push(o.ops_per_sec);
+        l_rates.push(l.ops_per_sec);
+        ratios.push(o.ops_per_sec / l.ops_per_sec);
+        conflicts.push(o.conflicts as f64 / (o.writes.max(1)) as f64);
+    }
+    println!("100 % writes, 1 ms of work in each change:");
+    common::print_rate("  update", spread(o_rates.clone()));
+    common::print_rate("  lock()", spread(l_rates.clone()));
+    common::print_ratio("  update / lock()", spread(ratios.clone()));
+    common::print_ratio("  conflicts per update", spread(conflicts.clone()));
+    json.spread("slow_optimistic_per_sec", spread(o_rates))
+        .spread("slow_lock_per_sec", spread(l_rates))
+        .spread("slow_optimistic_to_lock", spread(ratios))
+        .spread("slow_conflicts_per_update", spread(conflicts));
 
     // No write was lost or made twice.
     let stored = writes_stored(&client);

@@ -67,6 +67,15 @@ fn the_id_allocator_never_hands_out_an_id_twice() {
     );
 }
 
+#[test]
+fn the_catalogue_loses_no_edit_between_readers_editors_and_the_lock() {
+    run(
+        "catalogue",
+        &["--readers", "2", "--editors", "3", "--edits", "100"],
+        "OK: every edit and repricing is in the catalogue",
+    );
+}
+
 #[cfg(feature = "metrics")]
 #[test]
 fn the_prometheus_example_prints_the_lock_metrics() {

@@ -24,6 +24,13 @@ impl Backoff {
         self.base.saturating_mul(factor).min(self.cap)
     }
 
+    /// The next delay, from `base` now (a base that follows what is waited for: the time a
+    /// try took); each call doubles the ceiling until it reaches the cap.
+    pub(crate) fn next_delay_from(&mut self, base: Duration) -> Duration {
+        self.base = base;
+        self.next_delay()
+    }
+
     /// The next delay; each call doubles the ceiling until it reaches the cap.
     pub(crate) fn next_delay(&mut self) -> Duration {
         let ceiling = self.ceiling();
@@ -55,6 +62,16 @@ mod tests {
             let ceiling = b.ceiling();
             assert!(b.next_delay() <= ceiling);
         }
+    }
+
+    #[test]
+    fn a_base_given_per_delay_doubles_with_the_steps() {
+        let mut b = Backoff::new(Duration::from_millis(10), Duration::from_millis(50));
+        assert!(b.next_delay_from(Duration::from_micros(100)) <= Duration::from_micros(100));
+        assert!(b.next_delay_from(Duration::from_micros(100)) <= Duration::from_micros(200));
+        assert_eq!(b.ceiling(), Duration::from_micros(400));
+        b.next_delay_from(Duration::from_millis(40));
+        assert_eq!(b.ceiling(), Duration::from_millis(50));
     }
 
     #[test]

@@ -36,6 +36,17 @@ struct Snapshot {
     held: bool,
 }
 
+/// The least base of the wait after a collision with another write.
+const MIN_COLLISION_BASE: Duration = Duration::from_micros(20);
+
+/// How one try of an update ended, when it did not fail.
+enum Tried<R> {
+    /// What the change returned, and whether a value was written.
+    Done(R, bool),
+    /// The lock was held: nothing read was changed.
+    Held,
+}
+
 /// What the write of an update found.
 enum Write {
     Done,
@@ -83,9 +94,11 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
 
     /// Changes the value without taking the lock: reads it with its version, runs `change` on
     /// it here, and writes the result back in one script round trip only if nobody wrote the
-    /// value or took the lock since the read. On such a conflict it waits a backoff step (full
-    /// jitter) and starts again: a new read, and `change` again on the new value. While the
-    /// lock is held, it waits for the holder. Keeps trying until it succeeds; see
+    /// value or took the lock since the read. On such a conflict it starts again: a new read,
+    /// and `change` again on the new value, after a random wait (full jitter) of up to the
+    /// time the try took, doubling with each conflict up to the client's
+    /// [backoff cap](crate::Builder::backoff). While the lock is held, it waits for the holder,
+    /// re-checking with the client's backoff. Keeps trying until it succeeds; see
     /// [`update_for`](Shared::update_for) for a bound.
     ///
     /// `change` may run several times, so it must not have other effects; it returns what
@@ -198,14 +211,18 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let ctx = &self.raw.ctx;
         let config = &ctx.config;
         let key = value_key(keys);
-        let mut backoff = Backoff::new(config.backoff_base, config.backoff_cap);
+        // Waits for a holder, and through outages: the client's backoff. After a collision
+        // with another write: up to the time the try took, doubling.
+        let mut waits = Backoff::new(config.backoff_base, config.backoff_cap);
+        let mut collisions = Backoff::new(config.backoff_base, config.backoff_cap);
         // Since when errors that may pass have kept this update from trying.
         let mut outage: Option<Instant> = None;
         loop {
             ctx.ensure_open()?;
+            let try_began = Instant::now();
             let tried = self.read_versioned(keys, &key).and_then(|snapshot| {
                 if snapshot.held {
-                    return Ok(None);
+                    return Ok(Some(Tried::Held));
                 }
                 let (mut value, before) = match &snapshot.bytes {
                     Some(bytes) => (self.codec.decode(&key, bytes)?, None),
@@ -222,40 +239,48 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
                     None => snapshot.bytes.as_deref() == Some(&bytes[..]),
                 };
                 if unchanged {
-                    return Ok(Some((out, false)));
+                    return Ok(Some(Tried::Done(out, false)));
                 }
                 match self.write_if_unchanged(keys, &key, &snapshot.version, &bytes)? {
-                    Write::Done => Ok(Some((out, true))),
+                    Write::Done => Ok(Some(Tried::Done(out, true))),
                     Write::Conflict => Ok(None),
                 }
             });
-            match tried {
-                Ok(Some(done)) => return Ok(done),
+            let delay = match tried {
+                Ok(Some(Tried::Done(out, written))) => return Ok((out, written)),
+                Ok(Some(Tried::Held)) => {
+                    outage = None;
+                    *conflicts = conflicts.saturating_add(1);
+                    waits.next_delay()
+                }
                 Ok(None) => {
                     outage = None;
                     *conflicts = conflicts.saturating_add(1);
+                    collisions.next_delay_from(try_began.elapsed().max(MIN_COLLISION_BASE))
                 }
                 // Nothing was written: try again while the outage may pass.
                 Err(e) if e.is_transient() && !e.outcome_unknown() => {
                     let since = *outage.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= config.outage_patience {
+                    if since.elapsed() >= config.outage_patience
+                        || deadline.is_some_and(|d| Instant::now() >= d)
+                    {
                         return Err(e);
                     }
                     Counters::add(&ctx.counters.outage_retries, 1);
+                    waits.next_delay().max(config.backoff_base)
                 }
                 Err(e) => return Err(e),
-            }
+            };
             let now = Instant::now();
-            let mut delay = backoff.next_delay().max(Duration::from_micros(50));
+            let mut delay = delay;
             if let Some(deadline) = deadline {
                 if now >= deadline {
                     return Err(Error::new(
                         ErrorKind::Conflict,
                         format!(
                             "updating shared value {:?}: changed or locked by someone else at \
-                             each of {} tries; nothing written",
+                             each of {conflicts} tries; nothing written",
                             self.raw.name(),
-                            conflicts.saturating_add(1)
                         ),
                     ));
                 }
