@@ -27,6 +27,8 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
@@ -544,18 +546,8 @@ fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) ->
                 .expect("spawn worker")
         })
         .collect();
-    let mut outputs: Vec<_> = children
-        .iter_mut()
-        .map(|child| BufReader::new(child.stdout.take().expect("stdout")).lines())
-        .collect();
     // Every worker connected and took the lock: count from here.
-    for lines in &mut outputs {
-        for line in lines.by_ref() {
-            if line.expect("worker output").trim() == "READY" {
-                break;
-            }
-        }
-    }
+    let mut outputs = common::ready_outputs(&mut children);
     let before = command_counts(server);
     let started = Instant::now();
     for child in &mut children {

@@ -19,7 +19,7 @@ mod support;
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -191,17 +191,7 @@ fn run(
                 .expect("spawn worker")
         })
         .collect();
-    let mut outputs: Vec<_> = children
-        .iter_mut()
-        .map(|c| BufReader::new(c.stdout.take().expect("stdout")).lines())
-        .collect();
-    for lines in &mut outputs {
-        for line in lines.by_ref() {
-            if line.expect("worker output").trim() == "READY" {
-                break;
-            }
-        }
-    }
+    let mut outputs = common::ready_outputs(&mut children);
     let started = Instant::now();
     for child in &mut children {
         let mut stdin = child.stdin.take().expect("stdin");

@@ -270,3 +270,23 @@ pub fn crate_scripts_cycle(mut conn: redis::Connection, tag: &str) -> Cycle<'sta
         assert_eq!(deleted, 1);
     })
 }
+
+/// The output lines of worker processes, each read up to its `READY` line: every worker has
+/// connected and warmed up when this returns.
+pub fn ready_outputs(
+    children: &mut [std::process::Child],
+) -> Vec<std::io::Lines<std::io::BufReader<std::process::ChildStdout>>> {
+    use std::io::BufRead;
+    let mut outputs: Vec<_> = children
+        .iter_mut()
+        .map(|c| std::io::BufReader::new(c.stdout.take().expect("stdout")).lines())
+        .collect();
+    for lines in &mut outputs {
+        for line in lines.by_ref() {
+            if line.expect("worker output").trim() == "READY" {
+                break;
+            }
+        }
+    }
+    outputs
+}

@@ -25,7 +25,9 @@ impl Backoff {
     }
 
     /// The next delay, from `base` now (a base that follows what is waited for: the time a
-    /// try took); each call doubles the ceiling until it reaches the cap.
+    /// try took); each call doubles the ceiling until it reaches the cap. Used by the
+    /// optimistic updates of `Shared<T>` (the `serde` feature).
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn next_delay_from(&mut self, base: Duration) -> Duration {
         self.base = base;
         self.next_delay()
