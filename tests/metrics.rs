@@ -89,8 +89,27 @@ fn locks_are_counted_and_timed_by_kind_and_by_name_when_asked() {
         .unwrap()
         .is_none());
     drop(held);
+    // Optimistic updates of a shared value: one written, one that gave up on a held lock.
+    let value = plain.shared::<u64>("stock");
+    value.update(|n| *n += 1).unwrap();
+    let holder = value.lock().unwrap();
+    let v = value.clone();
+    let gave_up = std::thread::spawn(move || v.update_for(Duration::from_millis(200), |n| *n += 1))
+        .join()
+        .unwrap();
+    assert!(gave_up.is_err());
+    drop(holder);
 
     let all = snapshot();
+    assert_eq!(
+        counter_with(&all, "redmutex_updates_total", ("outcome", "written")),
+        1
+    );
+    assert_eq!(
+        counter_with(&all, "redmutex_updates_total", ("outcome", "Conflict")),
+        1
+    );
+    assert!(counter_with(&all, "redmutex_update_conflicts_total", ("kind", "Shared")) >= 1);
     assert!(counter_with(&all, "redmutex_acquisitions_total", ("kind", "Mutex")) >= 4);
     assert!(counter_with(&all, "redmutex_acquisitions_total", ("kind", "FairMutex")) >= 1);
     // Names only where asked, and mapped.
