@@ -131,7 +131,7 @@ impl RawLock {
         }
     }
 
-    fn doing(&self, action: &'static str) -> Doing<'_> {
+    pub(crate) fn doing(&self, action: &'static str) -> Doing<'_> {
         Doing::lock(action, &self.name)
     }
 

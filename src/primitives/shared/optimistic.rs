@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::{value_key, Shared};
 use crate::connection::ScriptCall;
-use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::events::Updated;
 use crate::keys::LockKeys;
 use crate::lease::scripts::with_fence;
@@ -43,15 +43,10 @@ const MIN_COLLISION_BASE: Duration = Duration::from_micros(20);
 enum Tried<R> {
     /// What the change returned, and whether a value was written.
     Done(R, bool),
-    /// The lock was held: nothing read was changed.
+    /// The lock was held: the change did not run.
     Held,
-}
-
-/// What the write of an update found.
-enum Write {
-    Done,
-    /// The lock was held or the version had moved: nothing written.
-    Conflict,
+    /// Another write came between the read and the write: nothing written.
+    Collided,
 }
 
 impl<T: Serialize + DeserializeOwned> Shared<T> {
@@ -86,7 +81,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let ctx = &self.raw.ctx;
         ctx.ensure_open()?;
         let key = value_key(keys);
-        let bytes: Option<Vec<u8>> = ctx.call(&keys.lock, self.doing("reading"), |c| {
+        let bytes: Option<Vec<u8>> = ctx.call(&keys.lock, self.raw.doing("reading"), |c| {
             redis::cmd("GET").arg(&key).query(c)
         })?;
         self.value_of(&key, bytes.as_deref())
@@ -222,38 +217,34 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             let try_began = Instant::now();
             let tried = self.read_versioned(keys, &key).and_then(|snapshot| {
                 if snapshot.held {
-                    return Ok(Some(Tried::Held));
+                    return Ok(Tried::Held);
                 }
-                let (mut value, before) = match &snapshot.bytes {
-                    Some(bytes) => (self.codec.decode(&key, bytes)?, None),
-                    None => {
-                        let value = self.value_of(&key, None)?;
-                        let before = self.codec.encode(&value)?;
-                        (value, Some(before))
-                    }
+                let mut value = self.value_of(&key, snapshot.bytes.as_deref())?;
+                // What is stored, as bytes: a missing value is its initial value's.
+                let before = match snapshot.bytes {
+                    Some(bytes) => bytes,
+                    None => self.codec.encode(&value)?,
                 };
                 let out = change(&mut value);
                 let bytes = self.codec.encode(&value)?;
-                let unchanged = match &before {
-                    Some(before) => *before == bytes,
-                    None => snapshot.bytes.as_deref() == Some(&bytes[..]),
-                };
-                if unchanged {
-                    return Ok(Some(Tried::Done(out, false)));
+                if bytes == before {
+                    return Ok(Tried::Done(out, false));
                 }
-                match self.write_if_unchanged(keys, &key, &snapshot.version, &bytes)? {
-                    Write::Done => Ok(Some(Tried::Done(out, true))),
-                    Write::Conflict => Ok(None),
-                }
+                Ok(
+                    match self.write_if_unchanged(keys, &key, &snapshot.version, &bytes)? {
+                        true => Tried::Done(out, true),
+                        false => Tried::Collided,
+                    },
+                )
             });
             let delay = match tried {
-                Ok(Some(Tried::Done(out, written))) => return Ok((out, written)),
-                Ok(Some(Tried::Held)) => {
+                Ok(Tried::Done(out, written)) => return Ok((out, written)),
+                Ok(Tried::Held) => {
                     outage = None;
                     *conflicts = conflicts.saturating_add(1);
                     waits.next_delay()
                 }
-                Ok(None) => {
+                Ok(Tried::Collided) => {
                     outage = None;
                     *conflicts = conflicts.saturating_add(1);
                     collisions.next_delay_from(try_began.elapsed().max(MIN_COLLISION_BASE))
@@ -293,8 +284,10 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
     /// Reads the value, its version and whether the lock is held, in one step (`MGET`: the
     /// three keys share a slot).
     fn read_versioned(&self, keys: &LockKeys, key: &str) -> Result<Snapshot> {
-        let (bytes, version, holder): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) =
-            self.raw.ctx.call(&keys.lock, self.doing("reading"), |c| {
+        let (bytes, version, holder): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) = self
+            .raw
+            .ctx
+            .call(&keys.lock, self.raw.doing("reading"), |c| {
                 redis::cmd("MGET")
                     .arg(key)
                     .arg(&keys.fence)
@@ -308,14 +301,15 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         })
     }
 
-    /// Writes `bytes` if the lock is free and the version is still `version`.
+    /// Writes `bytes` if the lock is free and the version is still `version`: whether it
+    /// wrote.
     fn write_if_unchanged(
         &self,
         keys: &LockKeys,
         key: &str,
         version: &str,
         bytes: &[u8],
-    ) -> Result<Write> {
+    ) -> Result<bool> {
         let call = ScriptCall::new(&UPDATE)
             .key(&keys.lock)
             .key(&keys.fence)
@@ -325,11 +319,8 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let (written, _): (i64, String) =
             self.raw
                 .ctx
-                .call_once(&keys.lock, self.doing("updating"), |c| call.invoke(c))?;
-        Ok(match written {
-            1 => Write::Done,
-            _ => Write::Conflict,
-        })
+                .call_once(&keys.lock, self.raw.doing("updating"), |c| call.invoke(c))?;
+        Ok(written == 1)
     }
 
     /// The value stored as `bytes` at `key`, or the handle's initial value when none is.
@@ -342,9 +333,5 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
                 format!("shared value {:?} has no value stored", self.raw.name()),
             )),
         }
-    }
-
-    fn doing(&self, action: &'static str) -> Doing<'_> {
-        Doing::lock(action, self.raw.name())
     }
 }
