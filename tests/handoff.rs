@@ -137,9 +137,7 @@ fn a_release_looks_at_its_clients_place_only_when_the_hold_came_after_a_wait() {
     let g = b.mutex("place").lock().unwrap();
     let m = a.mutex("place");
     let t = std::thread::spawn(move || m.lock().map(|g| g.unlock()));
-    assert!(eventually(LIMIT, || waiting_clients(&server, "place")
-        .len()
-        == 1));
+    assert!(eventually(LIMIT, || waiting_clients(&server, "place").len() == 1));
     g.unlock().unwrap();
     t.join().unwrap().unwrap().unwrap();
     assert_eq!(server.command_calls("zscore"), looks + 1);
@@ -164,18 +162,14 @@ fn a_hold_won_at_a_recheck_gives_its_place_up_and_names_the_next_client() {
     let g = holder.mutex("recheck").lock().unwrap();
     let m = early.mutex("recheck");
     let first = std::thread::spawn(move || m.lock().map(|g| g.unlock()));
-    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck")
-        .len()
-        == 1));
+    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck").len() == 1));
     let early_id = waiting_clients(&server, "recheck")[0].clone();
     let m = late.mutex("recheck");
     let second = std::thread::spawn(move || {
         let got = m.lock();
         (std::time::Instant::now(), got.map(|g| g.unlock()))
     });
-    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck")
-        .len()
-        == 2));
+    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck").len() == 2));
     // `early` first in line (both began to wait during the same hold), and the hold lost
     // without a release: nobody is named, and `early` takes the lock at its re-check.
     let waiting = "redmutex:{recheck}:waiting";

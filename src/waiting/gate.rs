@@ -2,13 +2,12 @@
 //! (the leader) contends in Redis while the others wait in the process, so that a hundred
 //! waiting threads cost Redis what one does.
 
-use std::hash::Hasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::fast_hash::{FastHashMap, FxHasher};
+use crate::fast_hash::FastHashMap;
 use crate::waiting::subscriber::{Signal, Subscription};
 
 /// What a leader that took the lock leaves to the next: its subscription, still registered,
@@ -235,30 +234,12 @@ pub(crate) enum Entered {
 }
 
 /// The gates of one client, one per lock that has waiters; and the locks whose holds it may
-/// pass on that a thread of it holds or just gave up. Kept in shards by the lock's key, each
-/// under one mutex (a gate's own state is locked after it), so that threads of one client
-/// taking different locks do not queue for one mutex: every acquire and release of a lock
-/// that may be passed on looks here.
-pub(crate) struct Gates {
-    shards: Box<[Mutex<Shard>]>,
-}
-
-/// The gates, and the locks held or just given up, of the keys of one shard.
+/// pass on that a thread of it holds or just gave up (locked after `gates`, and changed under
+/// it where a thread entering a gate must see it right).
 #[derive(Default)]
-struct Shard {
-    gates: FastHashMap<Arc<str>, Arc<Gate>>,
-    held: FastHashMap<Arc<str>, Held>,
-}
-
-/// How many shards a client's gates are kept in.
-const SHARDS: usize = 16;
-
-impl Default for Gates {
-    fn default() -> Self {
-        Gates {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
+pub(crate) struct Gates {
+    gates: Mutex<FastHashMap<Arc<str>, Arc<Gate>>>,
+    held: Mutex<FastHashMap<Arc<str>, Held>>,
 }
 
 /// A thread's place in a gate; dropping it leaves the gate (and hands leadership on).
@@ -297,8 +278,8 @@ impl GatePass<'_> {
 
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
     pub(crate) fn sibling_holds(&self) -> bool {
-        let shard = self.gates.shard(&self.key).lock();
-        matches!(shard.held.get(&self.key), Some(Held::Now { .. }))
+        let _gates = self.gates.gates.lock();
+        matches!(self.gates.held.lock().get(&self.key), Some(Held::Now { .. }))
     }
 
     /// The lock passed to this leader, if one was.
@@ -308,19 +289,11 @@ impl GatePass<'_> {
 }
 
 impl Gates {
-    /// The shard of `key`.
-    fn shard(&self, key: &str) -> &Mutex<Shard> {
-        let mut hasher = FxHasher::default();
-        hasher.write(key.as_bytes());
-        // The high bits: the Fx hash mixes them best.
-        &self.shards[(hasher.finish() >> 56) as usize % SHARDS]
-    }
-
     /// When a leader of `key`'s gate, waiting for a lock of `kind`, can be passed the lock
     /// now: how it takes it.
     pub(crate) fn passable(&self, key: &str, kind: &str) -> Option<Taker> {
-        let shard = self.shard(key).lock();
-        let state = shard.gates.get(key)?.state.lock();
+        let gates = self.gates.lock();
+        let state = gates.get(key)?.state.lock();
         match (&state.listener, &state.passed) {
             (Some(listener), None) if state.leader && listener.taker.kind == kind => {
                 Some(listener.taker)
@@ -334,7 +307,7 @@ impl Gates {
     /// may have given the client a place among the lock's waiting clients); a hold passed on
     /// within the client keeps what the run knew.
     pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
-        let held = &mut self.shard(key).lock().held;
+        let mut held = self.held.lock();
         let placed = placed || matches!(held.get(&**key), Some(Held::Now { placed: true }));
         held.insert(Arc::clone(key), Held::Now { placed });
     }
@@ -346,20 +319,19 @@ impl Gates {
     /// bound), and a thread that comes for it soon waits behind them; else a thread that
     /// enters later attempts as usual.
     pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> Place {
-        let mut shard = self.shard(key).lock();
-        let waiting = shard
-            .gates
-            .get(key)
-            .is_some_and(|g| g.state.lock().inside > 0);
-        let held = &mut shard.held;
-        let placed = !matches!(held.get(key), Some(Held::Now { placed: false }));
-        match (yielded, held.get_mut(key)) {
-            (true, Some(state)) => *state = Held::Yielded(Instant::now()),
-            _ => {
-                held.remove(key);
+        let gates = self.gates.lock();
+        let placed = {
+            let mut held = self.held.lock();
+            let placed = !matches!(held.get(key), Some(Held::Now { placed: false }));
+            match (yielded, held.get_mut(key)) {
+                (true, Some(state)) => *state = Held::Yielded(Instant::now()),
+                _ => {
+                    held.remove(key);
+                }
             }
-        }
-        match waiting {
+            placed
+        };
+        match gates.get(key).is_some_and(|g| g.state.lock().inside > 0) {
             true => Place::Keep,
             false if placed => Place::GiveUp,
             false => Place::Never,
@@ -369,8 +341,8 @@ impl Gates {
     /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
     /// no leader to take it any more (it is dropped, which releases it in Redis).
     pub(crate) fn pass_on(&self, key: &str, passed: Passed) -> Result<(), Passed> {
-        let shard = self.shard(key).lock();
-        let Some(gate) = shard.gates.get(key) else {
+        let gates = self.gates.lock();
+        let Some(gate) = gates.get(key) else {
             return Err(passed);
         };
         let mut state = gate.state.lock();
@@ -380,7 +352,7 @@ impl Gates {
         };
         state.passed = Some(passed);
         drop(state);
-        drop(shard);
+        drop(gates);
         signal.poke();
         Ok(())
     }
@@ -389,17 +361,15 @@ impl Gates {
     /// may pass on, or just gave it up to other clients: a thread that comes for it then
     /// goes through the gate.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        let shard = self.shard(key).lock();
-        shard.held.contains_key(key)
-            || shard
-                .gates
-                .get(key)
-                .is_some_and(|g| g.state.lock().inside > 0)
+        let gates = self.gates.lock();
+        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
+            || self.held.lock().contains_key(key)
     }
 
-    /// What a thread entering `key`'s gate finds (`held`: its shard's, locked); forgets a
-    /// yield that is over.
-    fn entered(held: &mut FastHashMap<Arc<str>, Held>, key: &str) -> Entered {
+    /// What a thread entering `key`'s gate finds (under the gates' lock); forgets a yield
+    /// that is over.
+    fn entered(&self, key: &str) -> Entered {
+        let mut held = self.held.lock();
         match held.get_mut(key) {
             Some(Held::Now { placed }) => {
                 // This thread may attempt (and take a place) before the hold ends.
@@ -419,10 +389,10 @@ impl Gates {
     /// `None` when the deadline passed first.
     pub(crate) fn lead(&self, key: &Arc<str>, deadline: Option<Instant>) -> Option<GatePass<'_>> {
         let (gate, entered) = {
-            let mut shard = self.shard(key).lock();
-            let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
+            let mut gates = self.gates.lock();
+            let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
             gate.state.lock().inside += 1;
-            (gate, Gates::entered(&mut shard.held, key))
+            (gate, self.entered(key))
         };
         let mut pass = GatePass {
             gates: self,
@@ -457,8 +427,8 @@ impl Gates {
 impl Gates {
     /// Becomes the leader of `key`'s gate if it has none, without waiting.
     pub(crate) fn try_lead(&self, key: &Arc<str>) -> Option<GatePass<'_>> {
-        let mut shard = self.shard(key).lock();
-        let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
+        let mut gates = self.gates.lock();
+        let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
         let mut state = gate.state.lock();
         if state.leader {
             return None;
@@ -466,7 +436,7 @@ impl Gates {
         state.leader = true;
         state.inside += 1;
         drop(state);
-        drop(shard);
+        drop(gates);
         Some(GatePass {
             gates: self,
             key: Arc::clone(key),
@@ -499,7 +469,7 @@ impl Drop for GatePass<'_> {
         drop(baton);
         drop(passed);
         if empty {
-            let gates = &mut self.gates.shard(&self.key).lock().gates;
+            let mut gates = self.gates.gates.lock();
             // Someone may have entered since: remove only a gate that is still empty.
             if gates
                 .get(&self.key)
@@ -538,7 +508,7 @@ mod tests {
             t.join().unwrap();
         }
         assert!(!gates.has_waiters("k"));
-        assert!(gates.shards.iter().all(|s| s.lock().gates.is_empty()));
+        assert!(gates.gates.lock().is_empty());
     }
 
     #[test]
