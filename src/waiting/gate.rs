@@ -199,25 +199,10 @@ const YIELD_FOR: Duration = Duration::from_secs(1);
 /// What this client did last with a lock whose holds it may pass on.
 #[derive(Clone, Copy)]
 enum Held {
-    /// A thread of it holds the lock; `placed`: the client may have a place among the lock's
-    /// waiting clients in Redis (a thread of it attempted after a wait, or entered the gate,
-    /// since the run of holds began).
-    Now { placed: bool },
+    /// A thread of it holds the lock.
+    Now,
     /// It released the lock to other waiting clients at the end of a run of passes, then.
     Yielded(Instant),
-}
-
-/// What the release in Redis of a hold that may be passed on does with its client's place
-/// among the lock's waiting clients.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Place {
-    /// The client never took one since its run of holds began (every hold of it was won at a
-    /// first attempt, and no other thread of it came for the lock): the plain release.
-    Never,
-    /// It may have one from before this hold, which nobody of it waits for any more: given up.
-    GiveUp,
-    /// More of its threads wait: it waits behind every client waiting now.
-    Keep,
 }
 
 /// What a thread found when it entered a gate.
@@ -279,7 +264,7 @@ impl GatePass<'_> {
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
     pub(crate) fn sibling_holds(&self) -> bool {
         let _gates = self.gates.gates.lock();
-        matches!(self.gates.held.lock().get(&self.key), Some(Held::Now { .. }))
+        matches!(self.gates.held.lock().get(&self.key), Some(Held::Now))
     }
 
     /// The lock passed to this leader, if one was.
@@ -303,39 +288,28 @@ impl Gates {
     }
 
     /// A thread of this client took `key` with a hold it may pass on: threads that wait for
-    /// it from now on need not attempt first. `placed`: it took it after a wait (its attempts
-    /// may have given the client a place among the lock's waiting clients); a hold passed on
-    /// within the client keeps what the run knew.
-    pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
-        let mut held = self.held.lock();
-        let placed = placed || matches!(held.get(&**key), Some(Held::Now { placed: true }));
-        held.insert(Arc::clone(key), Held::Now { placed });
+    /// it from now on need not attempt first.
+    pub(crate) fn hold_begins(&self, key: &Arc<str>) {
+        self.held.lock().insert(Arc::clone(key), Held::Now);
     }
 
-    /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns what
-    /// its release does with the client's place among the lock's waiting clients. Threads of
-    /// this client that wait for it count on that release to keep the place. `yielded`: the
-    /// release gives the lock up to other waiting clients (a run of passes reached its
-    /// bound), and a thread that comes for it soon waits behind them; else a thread that
-    /// enters later attempts as usual.
-    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> Place {
+    /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns
+    /// whether threads of this client wait for it, who then count on that release to keep
+    /// the client among the lock's waiting clients. `yielded`: the release gives the lock up
+    /// to other waiting clients (a run of passes reached its bound), and a thread that comes
+    /// for it soon waits behind them; else a thread that enters later attempts as usual.
+    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> bool {
         let gates = self.gates.lock();
-        let placed = {
+        {
             let mut held = self.held.lock();
-            let placed = !matches!(held.get(key), Some(Held::Now { placed: false }));
             match (yielded, held.get_mut(key)) {
                 (true, Some(state)) => *state = Held::Yielded(Instant::now()),
                 _ => {
                     held.remove(key);
                 }
             }
-            placed
-        };
-        match gates.get(key).is_some_and(|g| g.state.lock().inside > 0) {
-            true => Place::Keep,
-            false if placed => Place::GiveUp,
-            false => Place::Never,
         }
+        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
     }
 
     /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
@@ -370,12 +344,8 @@ impl Gates {
     /// that is over.
     fn entered(&self, key: &str) -> Entered {
         let mut held = self.held.lock();
-        match held.get_mut(key) {
-            Some(Held::Now { placed }) => {
-                // This thread may attempt (and take a place) before the hold ends.
-                *placed = true;
-                Entered::SiblingHeld
-            }
+        match held.get(key) {
+            Some(Held::Now) => Entered::SiblingHeld,
             Some(Held::Yielded(at)) if at.elapsed() < YIELD_FOR => Entered::Yielded,
             Some(Held::Yielded(_)) => {
                 held.remove(key);
