@@ -312,7 +312,80 @@ fn a_client_passing_the_lock_among_its_threads_lets_another_client_in() {
     // seen to get 7 holds for the other's 1, which is not starvation.
     assert!(
         per_client.iter().all(|&n| n * 20 >= total),
-        "one client starved the other: {taken:?}"
+        "one client starved the other: {taken:?} {:?} {:?}",
+        clients[0].stats(),
+        clients[1].stats()
     );
     assert!(clients.iter().all(|c| c.stats().passed_on > 0));
+}
+
+#[test]
+fn a_named_client_beaten_to_the_lock_is_handed_the_next_turn() {
+    let server = RedisServer::start();
+    // The named client may take the lock before the stand-in below does (a busy machine):
+    // then the case is tried again, on a lock of another name.
+    let beaten = (0..20).any(|round| named_client_beaten(&server, &format!("owed-{round}")));
+    assert!(beaten, "the named client was never beaten to the lock");
+}
+
+/// One try of the case above on the lock `name`: false when the named client was not beaten.
+fn named_client_beaten(server: &RedisServer, name: &str) -> bool {
+    let (barger, named) = (client(server), client(server));
+    let (lock, waiting) = (
+        format!("redmutex:{{{name}}}"),
+        format!("redmutex:{{{name}}}:waiting"),
+    );
+    let mut conn = server.conn();
+    let g = barger.mutex(name).lock().unwrap();
+    let m = named.mutex(name);
+    let (done, finish) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+        let _ = finish.recv();
+        g.fencing_token()
+    });
+    // A new client attempts, subscribes, and attempts again so as to miss no release.
+    assert!(eventually(LIMIT, || named.stats().attempts == 2));
+    // It has waited long: past the 10 ms under which barging is left alone.
+    std::thread::sleep(Duration::from_millis(50));
+    // The release names the waiting client; before its attempt arrives, another holder takes
+    // the lock (one that looks like a redmutex client, whose release would be announced).
+    g.unlock().unwrap();
+    let stand_in = "0123456789abcdef0123456789abcdef:0:stand-in";
+    let took = redis::cmd("SET")
+        .arg(&lock)
+        .arg(stand_in)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query::<Option<String>>(&mut conn)
+        .unwrap()
+        .is_some();
+    if !took {
+        drop(done);
+        t.join().unwrap();
+        return false;
+    }
+    // Its attempt found the lock taken: it waits first, owed the next turn.
+    let mut owed = || -> Vec<(String, f64)> { conn.zrange_withscores(&waiting, 0, -1).unwrap() };
+    assert!(eventually(
+        LIMIT,
+        || matches!(owed().as_slice(), [(_, s)] if *s < 0.0)
+    ));
+    // The stand-in leaves without a word; the barger takes the free lock at once, and its
+    // release hands the lock to the named client: the barger cannot take it again.
+    let _: () = server.conn().del(&lock).unwrap();
+    let again = barger.mutex(name);
+    let g = again.try_lock().unwrap().expect("the lock was free");
+    let barger_token = g.fencing_token();
+    g.unlock().unwrap();
+    assert!(
+        again.try_lock().unwrap().is_none(),
+        "the barger took the named client's turn"
+    );
+    drop(done);
+    let named_token = t.join().unwrap();
+    assert!(named_token > barger_token);
+    assert!(waiting_clients(server, name).is_empty());
+    true
 }

@@ -56,6 +56,10 @@ pub(crate) struct AcquireCall<'a> {
     /// of passes within it reached its bound): a free lock is not taken while they wait; the
     /// client waits behind them.
     pub(crate) after: bool,
+    /// Contend style: the attempt follows a long wait of this client's for the lock (a release
+    /// may have named the client; if someone else took the lock meanwhile, the client is owed
+    /// the next turn).
+    pub(crate) overdue: bool,
 }
 
 impl AcquireCall<'_> {

@@ -25,7 +25,7 @@ use crate::lease::replication::LeaseWrite;
 use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Cohort, Passed, Release, Subscription, Taker};
+use crate::waiting::{self, Attempt, Cohort, Passed, Release, Subscription, Taker, Turn};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -331,8 +331,7 @@ impl RawLock {
         let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
-        let attempt =
-            |more, after| self.attempt(keys, lease, token, (may_wait, (more, after), false), None);
+        let attempt = |turn| self.attempt(keys, lease, token, (may_wait, turn, false), None);
         let take_over = |passed| self.take_passed(keys, passed);
         let taker = Taker {
             lease,
@@ -359,7 +358,7 @@ impl RawLock {
             false => None,
         };
         let seen = early.as_ref().map_or(0, Subscription::seen);
-        match self.attempt(keys, lease, token, (may_wait, (false, false), true), None)? {
+        match self.attempt(keys, lease, token, (may_wait, Turn::default(), true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -428,7 +427,7 @@ impl RawLock {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
         }
-        match self.attempt(keys, lease, &token, (false, (false, false), true), None)? {
+        match self.attempt(keys, lease, &token, (false, Turn::default(), true), None)? {
             Attempt::Acquired(guard) => Ok(Some(guard)),
             Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
@@ -474,7 +473,7 @@ impl RawLock {
                             keys,
                             lease,
                             token,
-                            (true, (false, false), false),
+                            (true, Turn::default(), false),
                             Some(&contact),
                         )
                     },
@@ -511,7 +510,7 @@ impl RawLock {
     /// is reported at once, and the token-checked clean-up goes to the renewal thread.
     ///
     /// `queue`: whether a failed attempt waits (in the queue, for a queue-style protocol);
-    /// `more`: whether other threads of this client wait too; `first`: the first attempt of
+    /// `turn`: how a contending leader's attempt stands (see [`Turn`]); `first`: the first attempt of
     /// an acquire, which expects a free lock, so that a protocol may take it without a script
     /// (`plain_take`; an attempt after a wait is the script, which registers the waiter
     /// again in the same round trip when someone else took the lock meanwhile). A queued
@@ -521,10 +520,9 @@ impl RawLock {
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
-        (queue, more, first): (bool, (bool, bool), bool),
+        (queue, turn, first): (bool, Turn, bool),
         contact: Option<&Cell<Option<Contact>>>,
     ) -> Result<Attempt<LeaseGuard>> {
-        let (more, after) = more;
         let ctx = &self.ctx;
         ctx.ensure_open()?;
         let doing = self.doing("acquiring");
@@ -536,8 +534,9 @@ impl RawLock {
             waiter_timeout: ctx.renewal.lease(),
             units: self.units,
             capacity: self.capacity,
-            more,
-            after,
+            more: turn.more,
+            after: turn.after,
+            overdue: turn.overdue,
         };
         // Built when first sent: an attempt that plain commands settle never sends it.
         let call = LazyCell::new(|| self.protocol.acquire(&acquire));

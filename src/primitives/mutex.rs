@@ -315,9 +315,9 @@ pub(crate) fn taking_locks(body: &str) -> Script {
 }
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
-/// (token, lease, whether the caller and more threads of its client wait) of a `Mutex`'s
-/// acquire, for the scripts built with [`taking_locks`]; a script that needs more adds its keys
-/// after these.
+/// (token, lease, whether the caller and more threads of its client wait, and whether it
+/// has waited long) of a `Mutex`'s acquire, for the scripts built with [`taking_locks`]; a
+/// script that needs more adds its keys after these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
     ScriptCall::new(script)
@@ -326,11 +326,13 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         .key(&keys.waiting)
         .arg(call.token)
         .arg(call.lease_ms())
-        .arg(match (call.queue, call.more, call.after) {
+        .arg(match (call.queue, call.more, call.after, call.overdue) {
             (false, ..) => "",
-            (true, _, true) => "after",
-            (true, false, false) => "wait",
-            (true, true, false) => "more",
+            (true, _, true, _) => "after",
+            (true, false, false, false) => "wait",
+            (true, true, false, false) => "more",
+            (true, false, false, true) => "wait overdue",
+            (true, true, false, true) => "more overdue",
         })
 }
 

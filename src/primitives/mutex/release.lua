@@ -8,7 +8,7 @@
 -- Needs announce.lua and waiters.lua.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  name_next(KEYS[2], ARGV[2])
+  name_next(KEYS[2], ARGV[2], KEYS[1])
   return 1
 end
 return 0

@@ -28,5 +28,5 @@ else
     redis.call('ZREM', KEYS[2], client)
   end
 end
-name_next(KEYS[2], ARGV[2])
+name_next(KEYS[2], ARGV[2], KEYS[1])
 return 1

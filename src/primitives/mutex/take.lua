@@ -3,7 +3,11 @@
 -- table with `err`). `waits` says what the caller does if the lock is held: '' gives up,
 -- 'wait' waits (a failure adds its client to the lock's waiting clients), 'more' waits and
 -- other threads of its client wait too (a take also keeps the client among the waiting,
--- behind every client that began to wait before this hold).
+-- behind every client that began to wait before this hold); either with ' overdue' after it
+-- ('wait overdue', 'more overdue'): the attempt follows a long wait of the client's, so a
+-- client no longer among the waiting was named by a release (waiters.lua), and if the lock was
+-- taken meanwhile it is owed the next turn.
+-- A lock that holds the caller's client's turn (waiters.lua) is the caller's to take.
 -- A key of the wrong type where the lock should be is an error that leaves nothing behind: a
 -- fencing counter that only attempts without a script counted is deleted with it.
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
@@ -15,6 +19,10 @@ local REDMUTEX_TOKEN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%
 local YIELD_WAIT_MS = 5
 
 local function take_lock(lock, fence, waiting, token, lease, waits)
+  local overdue = string.sub(waits, -8) == ' overdue'
+  if overdue then
+    waits = string.sub(waits, 1, -9)
+  end
   if waits == 'after' then
     -- The client just gave the lock up to the clients waiting for it: while it stands free
     -- (the client named by the release is on its way), it is not taken; the client waits
@@ -62,6 +70,11 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     end
     return previous
   end
+  if previous and previous == string.match(token, '^[^:]+') .. ':turn' then
+    -- The client's turn, handed to it by a release: the lock is now the token's.
+    redis.call('SET', lock, token, 'PX', lease)
+    previous = false
+  end
   if not previous or previous == token then
     if previous then
       -- Sent again after its reply was lost, and the first one took it: it is ours.
@@ -69,6 +82,13 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     end
     local taken, bad = take_fence(lock, fence)
     if bad then return bad end
+    if overdue then
+      -- A place kept for a race lost is not wanted any more.
+      local owed = redis.pcall('ZSCORE', waiting, string.match(token, '^[^:]+'))
+      if type(owed) == 'string' and tonumber(owed) < 0 then
+        redis.call('ZREM', waiting, string.match(token, '^[^:]+'))
+      end
+    end
     if waits == 'more' then
       -- Behind every client that began to wait before this hold.
       register_waiter(waiting, token, taken, 2 * tonumber(lease))
@@ -83,8 +103,12 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
   if waits ~= '' then
     -- Waiting since the current hold (whose fencing token is the counter's value).
     local since = redis.pcall('GET', fence)
-    register_waiter(waiting, token, tonumber(type(since) == 'string' and since or '0') or 0,
-      ttl + tonumber(lease))
+    local added = register_waiter(waiting, token,
+      tonumber(type(since) == 'string' and since or '0') or 0, ttl + tonumber(lease))
+    if added and overdue then
+      -- Named, and beaten to the lock: first in line, and the next release hands it over.
+      redis.call('ZADD', waiting, OWED, string.match(token, '^[^:]+'))
+    end
   end
   if not string.match(previous, REDMUTEX_TOKEN) then
     -- Not a redmutex client's token (redis-py's `Lock` on a bare key, a hand-written

@@ -6,24 +6,40 @@
 -- waiters flag, set by a failed acquire): both helpers replace one, and a release that finds
 -- one wakes every waiter, as those versions did, so that a fleet can be upgraded one process
 -- at a time. Needs announce.lua.
+--
+-- A client that has waited long (take.lua), was named, attempted, and found the lock taken
+-- meanwhile (a thread of another client took it while the named one was on its way) is owed
+-- its turn: it waits first, with the score `OWED`, and the next release hands the lock to it:
+-- the lock holds the client's turn (its id and `:turn`) for `TURN_MS`, which no other attempt
+-- takes, and which the client's next attempt takes whatever its token (take.lua). Barging
+-- keeps its throughput while waits are short, and no client is beaten to the lock for long,
+-- as parking_lot's fair unlock bounds barging in a process.
+local OWED = -1
+local TURN_MS = 20
 -- Adds the client of `token` (unless it waits already) with `score`, and keeps the set for
--- `ms` from now.
+-- `ms` from now. Returns whether it was added.
 local function register_waiter(waiting, token, score, ms)
   local client = string.match(token, '^[^:]+')
-  if type(redis.pcall('ZADD', waiting, 'NX', score, client)) == 'table' then
+  local added = redis.pcall('ZADD', waiting, 'NX', score, client)
+  if type(added) == 'table' then
     redis.call('DEL', waiting)
-    redis.call('ZADD', waiting, score, client)
+    added = redis.call('ZADD', waiting, score, client)
   end
   redis.call('PEXPIRE', waiting, ms)
+  return added == 1
 end
 -- The lock is free: tells the client that has waited longest, on the lock's channel (the
--- message is its id: that client's leading waiter attempts, the others wait on).
-local function name_next(waiting, channel)
+-- message is its id: that client's leading waiter attempts, the others wait on). A client
+-- owed its turn gets the lock `lock` held for it (no lock given: it is told only).
+local function name_next(waiting, channel, lock)
   local next = redis.pcall('ZPOPMIN', waiting)
   if next['err'] then
     redis.call('DEL', waiting)
     announce(channel, 'released')
   elseif next[1] then
+    if lock and tonumber(next[2]) < 0 then
+      redis.call('SET', lock, next[1] .. ':turn', 'PX', TURN_MS)
+    end
     announce(channel, next[1])
   end
 end

@@ -95,6 +95,7 @@ impl Inner {
                 capacity: 1,
                 more: false,
                 after: false,
+                overdue: false,
             })
         });
         let replies = fan_out(&self.instances, keys, &calls, timeout, doing);

@@ -19,5 +19,5 @@ else
 end
 move_version(KEYS[4])
 redis.call('DEL', KEYS[1])
-name_next(KEYS[2], ARGV[2])
+name_next(KEYS[2], ARGV[2], KEYS[1])
 return 1
