@@ -120,6 +120,79 @@ fn threads_of_one_client_take_turns_without_failed_attempts() {
 }
 
 #[test]
+fn a_release_looks_at_its_clients_place_only_when_the_hold_came_after_a_wait() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    // The scripts loaded, the counter started, the server's form of `SET` known.
+    for _ in 0..2 {
+        a.mutex("place").lock().unwrap().unlock().unwrap();
+    }
+    let looks = server.command_calls("zscore");
+    for _ in 0..10 {
+        a.mutex("place").lock().unwrap().unlock().unwrap();
+    }
+    // Won at once, with no other thread of the client coming: the client has no place.
+    assert_eq!(server.command_calls("zscore"), looks);
+    // Won after a wait: the release gives up whatever place the waiting left.
+    let g = b.mutex("place").lock().unwrap();
+    let m = a.mutex("place");
+    let t = std::thread::spawn(move || m.lock().map(|g| g.unlock()));
+    assert!(eventually(LIMIT, || waiting_clients(&server, "place")
+        .len()
+        == 1));
+    g.unlock().unwrap();
+    t.join().unwrap().unwrap().unwrap();
+    assert_eq!(server.command_calls("zscore"), looks + 1);
+    assert!(waiting_clients(&server, "place").is_empty());
+}
+
+#[test]
+fn a_hold_won_at_a_recheck_gives_its_place_up_and_names_the_next_client() {
+    let server = RedisServer::start();
+    let holder = client(&server);
+    // `early` re-checks every second; `late` only every 20 s, so only a release that names
+    // it wakes it sooner.
+    let early = Client::builder()
+        .renewal_interval(Duration::from_secs(1))
+        .open(server.url())
+        .unwrap();
+    let late = Client::builder()
+        .default_lease(Duration::from_secs(60))
+        .renewal_interval(Duration::from_secs(20))
+        .open(server.url())
+        .unwrap();
+    let g = holder.mutex("recheck").lock().unwrap();
+    let m = early.mutex("recheck");
+    let first = std::thread::spawn(move || m.lock().map(|g| g.unlock()));
+    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck")
+        .len()
+        == 1));
+    let early_id = waiting_clients(&server, "recheck")[0].clone();
+    let m = late.mutex("recheck");
+    let second = std::thread::spawn(move || {
+        let got = m.lock();
+        (std::time::Instant::now(), got.map(|g| g.unlock()))
+    });
+    assert!(eventually(LIMIT, || waiting_clients(&server, "recheck")
+        .len()
+        == 2));
+    // `early` first in line (both began to wait during the same hold), and the hold lost
+    // without a release: nobody is named, and `early` takes the lock at its re-check.
+    let waiting = "redmutex:{recheck}:waiting";
+    let _: i64 = server.conn().zadd(waiting, &early_id, 0).unwrap();
+    let _: i64 = server.conn().del("redmutex:{recheck}").unwrap();
+    first.join().unwrap().unwrap().unwrap();
+    let released = std::time::Instant::now();
+    // Its release gave up its place and named `late`, which did not wait for its re-check.
+    let (acquired, got) = second.join().unwrap();
+    got.unwrap().unwrap();
+    let after = acquired.saturating_duration_since(released);
+    assert!(after < Duration::from_secs(10), "named after {after:?}");
+    assert!(waiting_clients(&server, "recheck").is_empty());
+    drop(g);
+}
+
+#[test]
 fn a_client_whose_waiter_gave_up_leaves_the_waiting_clients() {
     let server = RedisServer::start();
     let holder = client(&server);

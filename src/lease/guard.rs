@@ -20,7 +20,7 @@ use crate::lease::replication::LeaseWrite;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
 use crate::stats::Counters;
-use crate::waiting::{Cohort, Passed, COHORT_PASSES};
+use crate::waiting::{Cohort, Passed, Place, COHORT_PASSES};
 
 /// A held lock (see the public guards for what each method promises). Not `Send`: it belongs
 /// to the thread that locked.
@@ -31,9 +31,9 @@ pub struct LeaseGuard {
     /// Bytes carried with the lock: the value that came with the acquire, then the value
     /// the release is to write (a shared value); `None` for a plain lock.
     payload: Option<Vec<u8>>,
-    /// Set at the release of a hold that may be passed on: whether other threads of this
-    /// client wait for the lock (the release keeps the client's place among the waiting).
-    others_wait: std::cell::Cell<bool>,
+    /// Set at the release of a hold that may be passed on: what the release does with the
+    /// client's place among the lock's waiting clients.
+    place: std::cell::Cell<Place>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -44,7 +44,7 @@ impl LeaseGuard {
             hold,
             released: false,
             payload: None,
-            others_wait: std::cell::Cell::new(false),
+            place: std::cell::Cell::new(Place::GiveUp),
             _not_send: PhantomData,
         }
     }
@@ -257,7 +257,7 @@ impl LeaseGuard {
                     // A run of passes that reached its bound gives the lock up to the other
                     // waiting clients: this client's threads wait behind them.
                     let yielded = passed.is_none() && cohort.contested();
-                    self.others_wait
+                    self.place
                         .set(self.ctx.gates.hold_ends(&self.hold.lock_key, yielded));
                 }
                 match (passed, reply, &self.payload) {
@@ -461,7 +461,7 @@ impl LeaseGuard {
         let (protocol, keys, token) = (self.hold.protocol, &self.hold.keys, &self.hold.token);
         match &self.payload {
             Some(bytes) => protocol.release_with(keys, token, bytes),
-            None => release_call_of(&self.ctx, &self.hold, self.others_wait.get()),
+            None => release_call_of(&self.ctx, &self.hold, self.place.get()),
         }
     }
 
@@ -547,20 +547,21 @@ enum Reply {
 const SIBLING_GRACE: Duration = Duration::from_micros(50);
 
 /// The release of `hold` without a value: for a hold that may have been passed on within
-/// its client, the one that also keeps the client's place among the waiting right.
-fn release_call_of(ctx: &LockContext, hold: &Hold, others_wait: bool) -> ScriptCall {
+/// its client, the one that also sets the client's place among the waiting right, unless the
+/// client never took one (`place`).
+fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
     let plain = || hold.protocol.release(&hold.keys, &hold.token);
-    match hold.cohort {
-        Some(_) => hold
+    match (hold.cohort, place) {
+        (Some(_), Place::Keep | Place::GiveUp) => hold
             .protocol
             .release_held(
                 &hold.keys,
                 (&hold.token, hold.fencing_token),
-                others_wait,
+                place == Place::Keep,
                 ctx.renewal.lease() * 2,
             )
             .unwrap_or_else(plain),
-        None => plain(),
+        _ => plain(),
     }
 }
 
@@ -568,8 +569,8 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, others_wait: bool) -> ScriptC
 /// waiter left); the renewal thread finishes a release that did not get an answer.
 #[cold]
 fn give_back(ctx: &LockContext, hold: &Hold) {
-    let others_wait = ctx.gates.hold_ends(&hold.lock_key, false);
-    let call = release_call_of(ctx, hold, others_wait);
+    let place = ctx.gates.hold_ends(&hold.lock_key, false);
+    let call = release_call_of(ctx, hold, place);
     let doing = Doing::lock("releasing", &hold.name);
     if let Err(e) = ctx.call_once(&hold.lock_key, doing, |c| call.invoke::<i64>(c)) {
         log::debug!("redmutex: {e}");

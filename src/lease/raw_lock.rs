@@ -596,7 +596,9 @@ impl RawLock {
                     let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
                     ctx.seeded.saw(&keys.fence, fencing_token);
                     let counted = sent_at + ctx.counted(lease);
-                    let cohort = self.passes_on().then(Cohort::start);
+                    // Won after a wait: the attempts may have left the client a place among
+                    // the lock's waiting clients, which its release sets right.
+                    let cohort = self.passes_on().then(|| (Cohort::start(), !first));
                     let guard = self.acquired(keys, token, fencing_token, counted, cohort)?;
                     Ok(Attempt::Acquired(guard.with_payload(payload)))
                 }
@@ -644,13 +646,15 @@ impl RawLock {
 
     /// The guard of a lock taken with `token`, surely held until `expires_at`, registered for
     /// renewal when its lease is not fixed; a lock that cannot be renewed is given back.
+    /// `cohort`: for a hold that may be passed on, its run, and whether it was taken after a
+    /// wait (see [`Gates::hold_begins`](crate::waiting::Gates::hold_begins)).
     fn acquired(
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
         fencing_token: u64,
         expires_at: Instant,
-        cohort: Option<Cohort>,
+        cohort: Option<(Cohort, bool)>,
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
         let token: Arc<str> = Arc::from(token);
@@ -686,13 +690,13 @@ impl RawLock {
             renewal_id,
             lease: lease_state,
             acquired_at: ctx.counters.events.on().then(Instant::now),
-            cohort,
+            cohort: cohort.map(|(run, _)| run),
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
         }
-        if cohort.is_some() {
-            ctx.gates.hold_begins(&self.lock_key);
+        if let Some((_, placed)) = cohort {
+            ctx.gates.hold_begins(&self.lock_key, placed);
         }
         Ok(LeaseGuard::new(Arc::clone(ctx), hold))
     }
@@ -780,7 +784,7 @@ impl RawLock {
             &passed.token,
             passed.fencing_token,
             passed.expires_at,
-            Some(passed.cohort),
+            Some((passed.cohort, true)),
         )?;
         Counters::add(&self.ctx.counters.passed_on, 1);
         Ok(guard)

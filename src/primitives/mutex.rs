@@ -57,8 +57,10 @@ use crate::primitives::MutexGuard;
 /// fencing token), for at most 16 passes or 2 ms in a row while other clients wait; then it
 /// releases in Redis and names the client that has waited longest, and this client's threads
 /// wait behind it. Between clients, a thread that releases and locks again at once may still
-/// win a free lock before the named client's attempt reaches Redis. Use
-/// [`FairMutex`](crate::FairMutex) for first-come, first-served.
+/// win a free lock before the named client's attempt reaches Redis (barging, which keeps the
+/// lock busy), but a client that has waited 10 ms loses at most one such race: the next
+/// release hands the lock to it. Use [`FairMutex`](crate::FairMutex) for first-come,
+/// first-served.
 ///
 /// # Poisoning
 ///

@@ -2,12 +2,13 @@
 //! (the leader) contends in Redis while the others wait in the process, so that a hundred
 //! waiting threads cost Redis what one does.
 
+use std::hash::Hasher;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::fast_hash::FastHashMap;
+use crate::fast_hash::{FastHashMap, FxHasher};
 use crate::waiting::subscriber::{Signal, Subscription};
 
 /// What a leader that took the lock leaves to the next: its subscription, still registered,
@@ -199,10 +200,25 @@ const YIELD_FOR: Duration = Duration::from_secs(1);
 /// What this client did last with a lock whose holds it may pass on.
 #[derive(Clone, Copy)]
 enum Held {
-    /// A thread of it holds the lock.
-    Now,
+    /// A thread of it holds the lock; `placed`: the client may have a place among the lock's
+    /// waiting clients in Redis (a thread of it attempted after a wait, or entered the gate,
+    /// since the run of holds began).
+    Now { placed: bool },
     /// It released the lock to other waiting clients at the end of a run of passes, then.
     Yielded(Instant),
+}
+
+/// What the release in Redis of a hold that may be passed on does with its client's place
+/// among the lock's waiting clients.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Place {
+    /// The client never took one since its run of holds began (every hold of it was won at a
+    /// first attempt, and no other thread of it came for the lock): the plain release.
+    Never,
+    /// It may have one from before this hold, which nobody of it waits for any more: given up.
+    GiveUp,
+    /// More of its threads wait: it waits behind every client waiting now.
+    Keep,
 }
 
 /// What a thread found when it entered a gate.
@@ -219,12 +235,30 @@ pub(crate) enum Entered {
 }
 
 /// The gates of one client, one per lock that has waiters; and the locks whose holds it may
-/// pass on that a thread of it holds or just gave up (locked after `gates`, and changed under
-/// it where a thread entering a gate must see it right).
-#[derive(Default)]
+/// pass on that a thread of it holds or just gave up. Kept in shards by the lock's key, each
+/// under one mutex (a gate's own state is locked after it), so that threads of one client
+/// taking different locks do not queue for one mutex: every acquire and release of a lock
+/// that may be passed on looks here.
 pub(crate) struct Gates {
-    gates: Mutex<FastHashMap<Arc<str>, Arc<Gate>>>,
-    held: Mutex<FastHashMap<Arc<str>, Held>>,
+    shards: Box<[Mutex<Shard>]>,
+}
+
+/// The gates, and the locks held or just given up, of the keys of one shard.
+#[derive(Default)]
+struct Shard {
+    gates: FastHashMap<Arc<str>, Arc<Gate>>,
+    held: FastHashMap<Arc<str>, Held>,
+}
+
+/// How many shards a client's gates are kept in.
+const SHARDS: usize = 16;
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+        }
+    }
 }
 
 /// A thread's place in a gate; dropping it leaves the gate (and hands leadership on).
@@ -263,8 +297,8 @@ impl GatePass<'_> {
 
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
     pub(crate) fn sibling_holds(&self) -> bool {
-        let _gates = self.gates.gates.lock();
-        matches!(self.gates.held.lock().get(&self.key), Some(Held::Now))
+        let shard = self.gates.shard(&self.key).lock();
+        matches!(shard.held.get(&self.key), Some(Held::Now { .. }))
     }
 
     /// The lock passed to this leader, if one was.
@@ -274,11 +308,19 @@ impl GatePass<'_> {
 }
 
 impl Gates {
+    /// The shard of `key`.
+    fn shard(&self, key: &str) -> &Mutex<Shard> {
+        let mut hasher = FxHasher::default();
+        hasher.write(key.as_bytes());
+        // The high bits: the Fx hash mixes them best.
+        &self.shards[(hasher.finish() >> 56) as usize % SHARDS]
+    }
+
     /// When a leader of `key`'s gate, waiting for a lock of `kind`, can be passed the lock
     /// now: how it takes it.
     pub(crate) fn passable(&self, key: &str, kind: &str) -> Option<Taker> {
-        let gates = self.gates.lock();
-        let state = gates.get(key)?.state.lock();
+        let shard = self.shard(key).lock();
+        let state = shard.gates.get(key)?.state.lock();
         match (&state.listener, &state.passed) {
             (Some(listener), None) if state.leader && listener.taker.kind == kind => {
                 Some(listener.taker)
@@ -288,35 +330,47 @@ impl Gates {
     }
 
     /// A thread of this client took `key` with a hold it may pass on: threads that wait for
-    /// it from now on need not attempt first.
-    pub(crate) fn hold_begins(&self, key: &Arc<str>) {
-        self.held.lock().insert(Arc::clone(key), Held::Now);
+    /// it from now on need not attempt first. `placed`: it took it after a wait (its attempts
+    /// may have given the client a place among the lock's waiting clients); a hold passed on
+    /// within the client keeps what the run knew.
+    pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
+        let held = &mut self.shard(key).lock().held;
+        let placed = placed || matches!(held.get(&**key), Some(Held::Now { placed: true }));
+        held.insert(Arc::clone(key), Held::Now { placed });
     }
 
-    /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns
-    /// whether threads of this client wait for it, who then count on that release to keep
-    /// the client among the lock's waiting clients. `yielded`: the release gives the lock up
-    /// to other waiting clients (a run of passes reached its bound), and a thread that comes
-    /// for it soon waits behind them; else a thread that enters later attempts as usual.
-    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> bool {
-        let gates = self.gates.lock();
-        {
-            let mut held = self.held.lock();
-            match (yielded, held.get_mut(key)) {
-                (true, Some(state)) => *state = Held::Yielded(Instant::now()),
-                _ => {
-                    held.remove(key);
-                }
+    /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns what
+    /// its release does with the client's place among the lock's waiting clients. Threads of
+    /// this client that wait for it count on that release to keep the place. `yielded`: the
+    /// release gives the lock up to other waiting clients (a run of passes reached its
+    /// bound), and a thread that comes for it soon waits behind them; else a thread that
+    /// enters later attempts as usual.
+    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> Place {
+        let mut shard = self.shard(key).lock();
+        let waiting = shard
+            .gates
+            .get(key)
+            .is_some_and(|g| g.state.lock().inside > 0);
+        let held = &mut shard.held;
+        let placed = !matches!(held.get(key), Some(Held::Now { placed: false }));
+        match (yielded, held.get_mut(key)) {
+            (true, Some(state)) => *state = Held::Yielded(Instant::now()),
+            _ => {
+                held.remove(key);
             }
         }
-        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
+        match waiting {
+            true => Place::Keep,
+            false if placed => Place::GiveUp,
+            false => Place::Never,
+        }
     }
 
     /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
     /// no leader to take it any more (it is dropped, which releases it in Redis).
     pub(crate) fn pass_on(&self, key: &str, passed: Passed) -> Result<(), Passed> {
-        let gates = self.gates.lock();
-        let Some(gate) = gates.get(key) else {
+        let shard = self.shard(key).lock();
+        let Some(gate) = shard.gates.get(key) else {
             return Err(passed);
         };
         let mut state = gate.state.lock();
@@ -326,7 +380,7 @@ impl Gates {
         };
         state.passed = Some(passed);
         drop(state);
-        drop(gates);
+        drop(shard);
         signal.poke();
         Ok(())
     }
@@ -335,17 +389,23 @@ impl Gates {
     /// may pass on, or just gave it up to other clients: a thread that comes for it then
     /// goes through the gate.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        let gates = self.gates.lock();
-        gates.get(key).is_some_and(|g| g.state.lock().inside > 0)
-            || self.held.lock().contains_key(key)
+        let shard = self.shard(key).lock();
+        shard.held.contains_key(key)
+            || shard
+                .gates
+                .get(key)
+                .is_some_and(|g| g.state.lock().inside > 0)
     }
 
-    /// What a thread entering `key`'s gate finds (under the gates' lock); forgets a yield
-    /// that is over.
-    fn entered(&self, key: &str) -> Entered {
-        let mut held = self.held.lock();
-        match held.get(key) {
-            Some(Held::Now) => Entered::SiblingHeld,
+    /// What a thread entering `key`'s gate finds (`held`: its shard's, locked); forgets a
+    /// yield that is over.
+    fn entered(held: &mut FastHashMap<Arc<str>, Held>, key: &str) -> Entered {
+        match held.get_mut(key) {
+            Some(Held::Now { placed }) => {
+                // This thread may attempt (and take a place) before the hold ends.
+                *placed = true;
+                Entered::SiblingHeld
+            }
             Some(Held::Yielded(at)) if at.elapsed() < YIELD_FOR => Entered::Yielded,
             Some(Held::Yielded(_)) => {
                 held.remove(key);
@@ -359,10 +419,10 @@ impl Gates {
     /// `None` when the deadline passed first.
     pub(crate) fn lead(&self, key: &Arc<str>, deadline: Option<Instant>) -> Option<GatePass<'_>> {
         let (gate, entered) = {
-            let mut gates = self.gates.lock();
-            let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
+            let mut shard = self.shard(key).lock();
+            let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
             gate.state.lock().inside += 1;
-            (gate, self.entered(key))
+            (gate, Gates::entered(&mut shard.held, key))
         };
         let mut pass = GatePass {
             gates: self,
@@ -397,8 +457,8 @@ impl Gates {
 impl Gates {
     /// Becomes the leader of `key`'s gate if it has none, without waiting.
     pub(crate) fn try_lead(&self, key: &Arc<str>) -> Option<GatePass<'_>> {
-        let mut gates = self.gates.lock();
-        let gate = Arc::clone(gates.entry(Arc::clone(key)).or_default());
+        let mut shard = self.shard(key).lock();
+        let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
         let mut state = gate.state.lock();
         if state.leader {
             return None;
@@ -406,7 +466,7 @@ impl Gates {
         state.leader = true;
         state.inside += 1;
         drop(state);
-        drop(gates);
+        drop(shard);
         Some(GatePass {
             gates: self,
             key: Arc::clone(key),
@@ -439,7 +499,7 @@ impl Drop for GatePass<'_> {
         drop(baton);
         drop(passed);
         if empty {
-            let mut gates = self.gates.gates.lock();
+            let gates = &mut self.gates.shard(&self.key).lock().gates;
             // Someone may have entered since: remove only a gate that is still empty.
             if gates
                 .get(&self.key)
@@ -478,7 +538,7 @@ mod tests {
             t.join().unwrap();
         }
         assert!(!gates.has_waiters("k"));
-        assert!(gates.gates.lock().is_empty());
+        assert!(gates.shards.iter().all(|s| s.lock().gates.is_empty()));
     }
 
     #[test]

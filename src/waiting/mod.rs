@@ -25,7 +25,7 @@ use crate::error::Result;
 use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
-pub(crate) use gate::{Baton, Cohort, Entered, Gates, Passed, Taker, COHORT_PASSES};
+pub(crate) use gate::{Baton, Cohort, Entered, Gates, Passed, Place, Taker, COHORT_PASSES};
 pub(crate) use pause::Pause;
 pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 
