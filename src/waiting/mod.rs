@@ -71,6 +71,13 @@ pub(crate) struct Turn {
 /// busy while waits are short; well under the 50 ms by which no waiter should starve.
 pub(crate) const OVERDUE: Duration = Duration::from_millis(10);
 
+/// How long a leader that counts on its client's place among the waiting, kept by a sibling's
+/// winning attempt or release (it waits without an attempt of its own), waits at most before
+/// it attempts: a place lost all the same (the test of two clients of two busy threads each
+/// has seen a leader wait out the whole re-check period, 10 s, with its client not among the
+/// waiting) costs a second, not a re-check period. An attempt then puts the client back.
+const KEPT_PLACE_RECHECK: Duration = Duration::from_secs(1);
+
 /// What the waiting loops use of a client.
 #[derive(Clone, Copy)]
 pub(crate) struct Waiting<'a> {
@@ -135,7 +142,7 @@ pub(crate) fn contend<W>(
         // The lock is a sibling's, and this client waits in Redis: wait for its turn.
         (Some(baton), _) => (
             Some(baton.subscription),
-            Some((baton.seen, Duration::MAX, Release::Announced)),
+            Some((baton.seen, KEPT_PLACE_RECHECK, Release::Announced)),
         ),
         // Nobody led meanwhile: the failed attempt still stands.
         (None, Some((sub, seen, ttl, release))) if !pass.waited => {
@@ -160,7 +167,7 @@ pub(crate) fn contend<W>(
         && pause.is_live()
         && pass.sibling_holds()
     {
-        skip_attempt = Some((seen, Duration::MAX, Release::Announced));
+        skip_attempt = Some((seen, KEPT_PLACE_RECHECK, Release::Announced));
     }
     // Only a first attempt before any wait: an attempt after an announcement that named
     // this client takes the lock.

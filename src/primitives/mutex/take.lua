@@ -82,16 +82,14 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     end
     local taken, bad = take_fence(lock, fence)
     if bad then return bad end
-    if overdue then
-      -- A place kept for a race lost is not wanted any more.
-      local owed = redis.pcall('ZSCORE', waiting, string.match(token, '^[^:]+'))
-      if type(owed) == 'string' and tonumber(owed) < 0 then
-        redis.call('ZREM', waiting, string.match(token, '^[^:]+'))
-      end
-    end
     if waits == 'more' then
-      -- Behind every client that began to wait before this hold.
-      register_waiter(waiting, token, taken, 2 * tonumber(lease))
+      -- Behind every client that began to wait before this hold (a client that may have been
+      -- owed a turn gives that place up).
+      register_waiter(waiting, token, taken, 2 * tonumber(lease), overdue)
+    elseif overdue then
+      -- A place the client may have been owed is not wanted any more (its release would give
+      -- up any other place it took before this hold).
+      redis.pcall('ZREM', waiting, string.match(token, '^[^:]+'))
     end
     return {1, taken}
   end

@@ -16,11 +16,16 @@
 -- as parking_lot's fair unlock bounds barging in a process.
 local OWED = -1
 local TURN_MS = 20
--- Adds the client of `token` (unless it waits already) with `score`, and keeps the set for
--- `ms` from now. Returns whether it was added.
-local function register_waiter(waiting, token, score, ms)
+-- Adds the client of `token` (unless it waits already, or with `replace`, in any case) with
+-- `score`, and keeps the set for `ms` from now. Returns whether it was added.
+local function register_waiter(waiting, token, score, ms, replace)
   local client = string.match(token, '^[^:]+')
-  local added = redis.pcall('ZADD', waiting, 'NX', score, client)
+  local added
+  if replace then
+    added = redis.pcall('ZADD', waiting, score, client)
+  else
+    added = redis.pcall('ZADD', waiting, 'NX', score, client)
+  end
   if type(added) == 'table' then
     redis.call('DEL', waiting)
     added = redis.call('ZADD', waiting, score, client)
