@@ -19,6 +19,7 @@ local REDMUTEX_TOKEN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%
 local YIELD_WAIT_MS = 5
 
 local function take_lock(lock, fence, waiting, token, lease, waits)
+  local client = string.match(token, '^[^:]+')
   local overdue = string.sub(waits, -8) == ' overdue'
   if overdue then
     waits = string.sub(waits, 1, -9)
@@ -30,7 +31,6 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     -- named).
     if redis.call('EXISTS', lock) == 0 then
       local now = redis.pcall('GET', fence)
-      local client = string.match(token, '^[^:]+')
       if type(redis.pcall('ZADD', waiting, tonumber(type(now) == 'string' and now or '0') or 0,
           client)) == 'number' then
         redis.call('PEXPIRE', waiting, 2 * tonumber(lease))
@@ -70,7 +70,7 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     end
     return previous
   end
-  if previous and previous == string.match(token, '^[^:]+') .. ':turn' then
+  if previous == client .. ':turn' then
     -- The client's turn, handed to it by a release: the lock is now the token's.
     redis.call('SET', lock, token, 'PX', lease)
     previous = false
@@ -89,7 +89,7 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     elseif overdue then
       -- A place the client may have been owed is not wanted any more (its release would give
       -- up any other place it took before this hold).
-      redis.pcall('ZREM', waiting, string.match(token, '^[^:]+'))
+      redis.pcall('ZREM', waiting, client)
     end
     return {1, taken}
   end
@@ -105,7 +105,7 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
       tonumber(type(since) == 'string' and since or '0') or 0, ttl + tonumber(lease))
     if added and overdue then
       -- Named, and beaten to the lock: first in line, and the next release hands it over.
-      redis.call('ZADD', waiting, OWED, string.match(token, '^[^:]+'))
+      redis.call('ZADD', waiting, OWED, client)
     end
   end
   if not string.match(previous, REDMUTEX_TOKEN) then
