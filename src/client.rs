@@ -691,10 +691,17 @@ impl Builder {
     /// briefly unreachable, a Sentinel or Cluster failover the client is following. A
     /// connection error, a time-out, too few replica acknowledgements, or a server's "not
     /// now" (`CLUSTERDOWN`, `TRYAGAIN`, `LOADING`, `MASTERDOWN`, `READONLY`) does not end the
-    /// call: it tries again after a
-    /// backoff step, until the lock is taken, its deadline passes, or this long has passed
-    /// since the call's first such error; then it returns the last error. `try_lock()` stays one attempt and returns the first error. Renewal keeps
-    /// trying through an outage too, until the lease runs out on this machine's clock.
+    /// call: it tries again after a backoff step, until the lock is taken, its deadline
+    /// passes, or this long has passed since the call's first such error; then it returns
+    /// the last error. `try_lock()` stays one attempt and returns the first error. Renewal
+    /// keeps trying through an outage too, until the lease runs out on this machine's clock.
+    ///
+    /// The patience is for a deployment the client has reached: until its first connection
+    /// was made (a handshake answered), a blocking call fails as [`Client::check`] does — at
+    /// once when the connection is refused, within the connect timeout when the server does
+    /// not answer, and with [`ErrorKind::Config`](crate::ErrorKind::Config) when the
+    /// sentinels do not know the master's name — since a wrong address is no outage to wait
+    /// out. A restart, failover or pause after that is ridden through.
     ///
     /// Defaults to 20 seconds: a restart, and a failover with the servers' usual settings, fit
     /// in it. `Duration::ZERO` returns the first error at once.

@@ -52,6 +52,92 @@ fn a_blocked_lock_rides_through_a_restart_of_the_server() {
     assert!(g.lease_watch().wait_timeout(LIMIT));
 }
 
+/// A client that has never reached its deployment has no outage to ride through: with the
+/// default patience (20 s), a blocking call fails as `check()` does.
+#[test]
+fn a_client_that_never_reached_its_server_fails_a_blocking_lock_at_once() {
+    let refused = support::free_port();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .pool_size(4)
+        .open(format!("redis://127.0.0.1:{refused}/"))
+        .unwrap();
+    let c = client.clone();
+    let (took, errors) = within(LIMIT, move || {
+        let started = std::time::Instant::now();
+        let errors: Vec<redmutex::Error> = (0..10)
+            .map(|_| c.mutex("never").lock().map(drop).unwrap_err())
+            .chain([c
+                .mutex("never")
+                .try_lock_for(Duration::from_secs(30))
+                .map(drop)
+                .unwrap_err()])
+            .collect();
+        (started.elapsed(), errors)
+    });
+    for err in &errors {
+        assert!(err.is_connection(), "{err}");
+        assert!(err.to_string().contains("refused"), "{err}");
+    }
+    // Eleven calls at once each; riding through would take 20 s each.
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(client.stats().outage_retries, 0);
+}
+
+#[test]
+fn a_client_that_never_reached_a_silent_server_fails_within_the_connect_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+        }
+    });
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(1))
+        .open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap();
+    let c = client.clone();
+    let (took, err) = within(LIMIT, move || {
+        let started = std::time::Instant::now();
+        let err = c.mutex("silent").lock().map(drop).unwrap_err();
+        (started.elapsed(), err)
+    });
+    assert!(
+        matches!(err.kind(), ErrorKind::Connection | ErrorKind::Timeout),
+        "{err}"
+    );
+    // One connect timeout and a wide margin; riding through would take 20 s.
+    assert!(took < Duration::from_secs(8), "{took:?}: {err}");
+    assert_eq!(client.stats().outage_retries, 0);
+}
+
+/// Once reached, the same client rides through: the patience applies from then on.
+#[test]
+fn a_client_that_reached_its_server_once_rides_through_a_restart_of_it() {
+    let mut server = RedisServer::start();
+    server.kill();
+    let client = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .outage_patience(Duration::from_secs(30))
+        .open(server.url())
+        .unwrap();
+    let c = client.clone();
+    let err = within(LIMIT, move || c.mutex("later").lock().map(drop)).unwrap_err();
+    assert!(err.is_connection(), "{err}");
+    server.restart();
+    drop(client.mutex("later").lock().unwrap());
+    server.kill();
+    let c = client.clone();
+    let blocked = std::thread::spawn(move || c.mutex("later").lock().map(|g| g.fencing_token()));
+    assert!(eventually(LIMIT, || client.stats().outage_retries >= 1));
+    server.restart();
+    let got = within(LIMIT, move || blocked.join().unwrap());
+    assert!(got.is_ok(), "{got:?}");
+}
+
 #[test]
 fn a_blocked_lock_returns_the_last_error_once_its_patience_is_spent_and_try_lock_at_once() {
     let mut server = RedisServer::start();

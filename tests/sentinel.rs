@@ -132,6 +132,28 @@ fn an_unknown_master_name_is_a_config_error() {
     within(LIMIT, move || good.check()).unwrap();
 }
 
+/// With one sentinel down, the others still say the name is unknown: a blocking `lock()`
+/// (default outage patience, 20 s) fails at once with `Config`, not as an outage.
+#[test]
+fn an_unknown_master_name_fails_a_blocking_lock_at_once_with_a_sentinel_down() {
+    let mut deployment = SentinelDeployment::start();
+    deployment.sentinels[2].kill();
+    let url = deployment.url().replace("/mymaster", "/nosuchmaster");
+    let client = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .open(url)
+        .unwrap();
+    let started = Instant::now();
+    let err = within(LIMIT, move || client.mutex("x").lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    assert!(err.to_string().contains("nosuchmaster"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}: rode through as an outage",
+        started.elapsed()
+    );
+}
+
 #[test]
 fn no_reachable_sentinel_is_a_connection_error_within_the_connect_timeout() {
     let ports: Vec<u16> = (0..2).map(|_| support::free_port()).collect();

@@ -24,6 +24,7 @@ mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::{Script, ScriptInvocation};
@@ -133,6 +134,9 @@ pub(crate) trait Deployment: Send + Sync {
 /// What the rest of the crate talks to Redis through.
 pub(crate) struct Connections {
     deployment: Box<dyn Deployment>,
+    /// Whether a connection to the deployment was ever made (its handshake answered): until
+    /// then an error is a misconfiguration to report at once, not an outage to ride through.
+    reached: AtomicBool,
 }
 
 /// A call of one of the crate's scripts: the script, and its keys and arguments.
@@ -241,7 +245,15 @@ impl Connections {
     pub(crate) fn new(deployment: impl Deployment + 'static) -> Self {
         Connections {
             deployment: Box::new(deployment),
+            reached: AtomicBool::new(false),
         }
+    }
+
+    /// Whether this client ever reached its deployment: made a connection whose handshake
+    /// (`AUTH`, `SELECT`, a `PING`) was answered. A blocking call rides through an outage
+    /// only after that; before, it fails as `Client::check` does.
+    pub(crate) fn reached(&self) -> bool {
+        self.reached.load(Ordering::Relaxed)
     }
 
     /// Runs one call for the lock routed by `route`, on the server that owns it, following a
@@ -259,7 +271,7 @@ impl Connections {
         let mut redirects = 0;
         let mut waits: Option<(Instant, Duration)> = None;
         loop {
-            let mut conn = match self.deployment.checkout(shard, doing, None) {
+            let mut conn = match self.checkout(shard, doing) {
                 Ok(conn) => conn,
                 Err(e) => {
                     // A server that refuses or does not accept connections: a deployment
@@ -327,8 +339,7 @@ impl Connections {
         f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         let result = self
-            .deployment
-            .checkout(shard, doing, None)
+            .checkout(shard, doing)
             .and_then(|mut conn| conn.call(doing, &f));
         if let Err(e) = &result {
             self.deployment.call_failed(shard, e);
@@ -444,7 +455,7 @@ impl Connections {
         trips: &mut u64,
     ) -> Result<BatchReplies> {
         let mut once = || -> Result<BatchReplies> {
-            let mut conn = self.deployment.checkout(shard, doing, None)?;
+            let mut conn = self.checkout(shard, doing)?;
             let ask = match acks {
                 Some(rule) => conn.call(doing, |c| rule(c))?,
                 None => None,
@@ -524,7 +535,7 @@ impl Connections {
 
     /// A pooled connection to the server of `shard`.
     fn checkout(&self, shard: usize, doing: Doing<'_>) -> Result<Checkout> {
-        self.deployment.checkout(shard, doing, None)
+        self.checkout_made(self.deployment.checkout(shard, doing, None))
     }
 
     /// A pooled connection to the server of `shard`, made (if it must be) within `within`
@@ -535,7 +546,16 @@ impl Connections {
         doing: Doing<'_>,
         within: Duration,
     ) -> Result<Checkout> {
-        self.deployment.checkout(shard, doing, Some(within))
+        self.checkout_made(self.deployment.checkout(shard, doing, Some(within)))
+    }
+
+    /// Notes a checkout that succeeded: the deployment has been reached.
+    #[inline]
+    fn checkout_made(&self, checkout: Result<Checkout>) -> Result<Checkout> {
+        if checkout.is_ok() && !self.reached.load(Ordering::Relaxed) {
+            self.reached.store(true, Ordering::Relaxed);
+        }
+        checkout
     }
 
     /// A new subscriber connection to the server of `shard`.

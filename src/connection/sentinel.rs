@@ -123,7 +123,7 @@ impl Inner {
             return Ok(Arc::clone(master));
         }
         let s = &self.settings;
-        let mut unknown = 0;
+        let (mut unknown, mut named) = (0, 0);
         let mut failures = Vec::new();
         for sentinel in &s.sentinels {
             let at = sentinel.get_connection_info().addr().to_string();
@@ -135,18 +135,29 @@ impl Inner {
                         *self.master.write() = Some(Arc::clone(&master));
                         return Ok(master);
                     }
-                    Err(e) => failures.push(format!("{host}:{port} named by {at}: {e}")),
+                    Err(e) => {
+                        named += 1;
+                        failures.push(format!("{host}:{port} named by {at}: {e}"));
+                    }
                 },
                 Ok(None) => unknown += 1,
                 Err(e) => failures.push(format!("sentinel {at}: {e}")),
             }
         }
-        if unknown > 0 && failures.is_empty() {
+        // Every sentinel that answered says the name is unknown: a wrong name, not an outage
+        // (the sentinels that did not answer are no reason to wait for it).
+        if unknown > 0 && named == 0 {
+            let silent = match failures.len() {
+                0 => String::new(),
+                n => format!("; {n} more did not answer: {}", failures.join("; ")),
+            };
             return Err(Error::new(
                 ErrorKind::Config,
                 format!(
-                    "the sentinels do not know a master named {:?} (while {doing})",
-                    s.master_name
+                    "the sentinels do not know a master named {:?}: {unknown} of {} said so \
+                     while {doing}{silent}",
+                    s.master_name,
+                    s.sentinels.len(),
                 ),
             )
             .at_checkout());

@@ -218,7 +218,8 @@ impl RawLock {
     /// that may pass (a connection refused, a time-out, `CLUSTERDOWN`…), the acquire starts
     /// again after a backoff step, with a new token (what the failed one may have left is
     /// cleaned up by the renewal thread), until it ends otherwise, the deadline comes, or the
-    /// patience since the first error is spent: then the last error.
+    /// patience since the first error is spent: then the last error. A client that never
+    /// reached its deployment has no outage to ride through: its first error is returned.
     #[cold]
     fn ride_through(
         &self,
@@ -227,6 +228,9 @@ impl RawLock {
         deadline: Option<Instant>,
         mut result: Result<Option<LeaseGuard>>,
     ) -> Result<Option<LeaseGuard>> {
+        if !self.ctx.connections.reached() {
+            return result;
+        }
         let config = &self.ctx.config;
         let mut until = Instant::now()
             .checked_add(config.outage_patience)

@@ -252,7 +252,8 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
                 // Nothing was written: try again while the outage may pass.
                 Err(e) if e.is_transient() && !e.outcome_unknown() => {
                     let since = *outage.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= config.outage_patience
+                    if !ctx.connections.reached()
+                        || since.elapsed() >= config.outage_patience
                         || deadline.is_some_and(|d| Instant::now() >= d)
                     {
                         return Err(e);
