@@ -174,3 +174,47 @@ fn a_leaked_guard_stops_being_renewed_when_the_last_handle_goes() {
     let err = kept.unlock().unwrap_err();
     assert!(err.is_lock_lost(), "{err}");
 }
+
+/// Lost is final: a renewal's reply that a proxy holds until after the lease ran out (the
+/// server ran the renewal on time, so the lock stays in Redis and the reply says "renewed",
+/// which would count the lease from the renewal's send time again). Once the lease read as
+/// lost, every later read, the watch and `unlock()` agree, and the release still removes the
+/// holder's key.
+#[test]
+fn a_lease_seen_lost_stays_lost_when_a_renewal_reply_arrives_late() {
+    let server = RedisServer::start();
+    let proxy = support::delay_proxy::DelayProxy::start(server.port());
+    // Renewals every 450 ms of a 1 s lease: one renewal's reply held 700 ms comes 250 ms
+    // after the lease counted from the renewal before it ran out, and 300 ms before the
+    // lease it renewed in Redis runs out.
+    let client = Client::builder()
+        .default_lease(Duration::from_millis(1000))
+        .renewal_interval(Duration::from_millis(450))
+        .response_timeout(Duration::from_secs(20))
+        .open(proxy.url())
+        .expect("client");
+    let g = client.mutex("late-reply").lock().unwrap();
+    let watch = g.lease_watch();
+    // The first renewal is answered on time (its connection made); the next one's reply is held.
+    assert!(eventually(Duration::from_secs(20), || client
+        .stats()
+        .renewals
+        >= 1));
+    proxy.hold_replies(Duration::from_millis(700));
+    assert!(eventually(Duration::from_secs(20), || g.is_lost()));
+    proxy.hold_replies(Duration::ZERO);
+    assert!(eventually(Duration::from_secs(20), || client
+        .stats()
+        .renewals
+        >= 2));
+    assert!(g.is_lost(), "the lost lease came back with the late reply");
+    assert!(watch.is_lost(), "the watch says the lost lease came back");
+    assert!(watch.wait_timeout(Duration::from_millis(1)));
+    let mut c = server.conn();
+    let holder: Option<String> = c.get("redmutex:{late-reply}").unwrap();
+    assert!(holder.is_some(), "the lock ran out in Redis too");
+    let err = g.unlock().unwrap_err();
+    assert_eq!(err.kind(), redmutex::ErrorKind::LockLost, "{err}");
+    let holder: Option<String> = c.get("redmutex:{late-reply}").unwrap();
+    assert!(holder.is_none(), "unlock left the holder's key: {holder:?}");
+}

@@ -420,9 +420,10 @@ impl LeaseGuard {
             }
         }
         match reply {
+            // Released, but a lease read as lost before stays lost (lost is final).
             Ok(1) => {
                 Counters::add(&self.ctx.counters.releases, 1);
-                Ok(())
+                lost_before.map_or(Ok(()), |reason| Err(self.lost(reason)))
             }
             Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
             Err(e) => {

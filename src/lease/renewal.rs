@@ -646,7 +646,23 @@ impl RenewalThread {
                 Err(e) => Err(e),
             };
             match reply {
-                Ok(redis::Value::Int(1)) => state.renewed(sent_at, counted),
+                Ok(redis::Value::Int(1)) => {
+                    state.renewed(sent_at, counted);
+                    // A reply that came after the lease ran out renews nothing: lost is final.
+                    if state.is_lost()
+                        && s.registry.contains(*id)
+                        && state.mark_lost(LostReason::Expired(
+                            "the renewal's reply came after the lease ran out".to_owned(),
+                        ))
+                    {
+                        s.counters.lease_lost(name, protocol.kind());
+                        log::warn!(
+                            "redmutex: lock {} was lost: its lease ran out before a renewal's \
+                             reply came",
+                            keys.lock
+                        );
+                    }
+                }
                 Ok(_) => {
                     if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
                         s.counters.lease_lost(name, protocol.kind());

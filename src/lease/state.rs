@@ -33,6 +33,20 @@ struct LeaseInner {
     expires_at: Instant,
     /// The hold was released on purpose; nothing is lost any more.
     released: bool,
+    /// The loss was reported (the lease-lost event, a log line): once.
+    reported: bool,
+}
+
+impl LeaseInner {
+    /// Records the loss when the lease ran out by the clock at `now` and was not released.
+    /// Returns whether this call recorded it.
+    fn record_expiry(&mut self, now: Instant) -> bool {
+        if self.lost.is_some() || self.released || now < self.expires_at {
+            return false;
+        }
+        self.lost = Some(LostReason::Expired("no renewal in time".to_owned()));
+        true
+    }
 }
 
 /// The shared state of one lease.
@@ -49,20 +63,24 @@ impl LeaseState {
                 lost: None,
                 expires_at,
                 released: false,
+                reported: false,
             }),
             changed: Condvar::new(),
         })
     }
 
+    /// Why the lease is lost, if it is. The first read that finds the lease run out by this
+    /// machine's clock records it, so a renewal whose reply arrives afterwards cannot bring
+    /// the lease back: lost is final.
     pub(crate) fn lost_reason(&self) -> Option<LostReason> {
-        let inner = self.inner.lock();
-        if let Some(reason) = &inner.lost {
-            return Some(reason.clone());
+        let mut inner = self.inner.lock();
+        let recorded = inner.record_expiry(Instant::now());
+        let lost = inner.lost.clone();
+        drop(inner);
+        if recorded {
+            self.changed.notify_all();
         }
-        if !inner.released && Instant::now() >= inner.expires_at {
-            return Some(LostReason::Expired("no renewal in time".to_owned()));
-        }
-        None
+        lost
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -75,46 +93,58 @@ impl LeaseState {
 
     /// Records a successful renewal sent at `sent_at`, which keeps at least `lease`: a later
     /// expiry set by an extension stays.
+    ///
+    /// A reply that arrives after the lease ran out by this machine's clock renews nothing:
+    /// the lease is lost, whether or not anyone looked in between.
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
-        let mut inner = self.inner.lock();
-        if inner.lost.is_none() {
-            inner.expires_at = inner.expires_at.max(sent_at + lease);
-        }
+        self.moved_to(|expires_at| expires_at.max(sent_at + lease));
     }
 
     /// Records a lease changed to end at `expires_at` (an extension, or a replacement that may
-    /// shorten it).
+    /// shorten it), unless it is lost or ran out before.
     pub(crate) fn expires_at_set(&self, expires_at: Instant) {
+        self.moved_to(|_| expires_at);
+    }
+
+    fn moved_to(&self, to: impl FnOnce(Instant) -> Instant) {
         let mut inner = self.inner.lock();
-        if inner.lost.is_none() {
-            inner.expires_at = expires_at;
+        if inner.record_expiry(Instant::now()) {
+            drop(inner);
+            self.changed.notify_all();
+        } else if inner.lost.is_none() {
+            inner.expires_at = to(inner.expires_at);
         }
     }
 
-    /// Marks the lease lost (once) and wakes every watcher. Returns whether this call did it.
+    /// Records the loss (the first reason stays) and wakes every watcher. Returns whether
+    /// this call is the first to report it (for the lease-lost event and its log line), also
+    /// when a read of the clock recorded the loss before.
     pub(crate) fn mark_lost(&self, reason: LostReason) -> bool {
         let mut inner = self.inner.lock();
-        if inner.lost.is_some() || inner.released {
+        if inner.released {
             return false;
         }
-        inner.lost = Some(reason);
-        drop(inner);
-        self.changed.notify_all();
-        true
+        inner.record_expiry(Instant::now());
+        self.report(inner, reason)
     }
 
     /// Marks the lease lost when a release (sent before its reply was read) found the lock no
-    /// longer held, released or not. Returns whether this call did it (it was not marked
-    /// lost before).
+    /// longer held, released or not. Returns whether this call is the first to report it.
     pub(crate) fn mark_lost_at_release(&self, reason: LostReason) -> bool {
-        let mut inner = self.inner.lock();
-        if inner.lost.is_some() {
-            return false;
-        }
-        inner.lost = Some(reason);
+        let inner = self.inner.lock();
+        self.report(inner, reason)
+    }
+
+    fn report(
+        &self,
+        mut inner: parking_lot::MutexGuard<'_, LeaseInner>,
+        reason: LostReason,
+    ) -> bool {
+        inner.lost.get_or_insert(reason);
+        let first = !std::mem::replace(&mut inner.reported, true);
         drop(inner);
         self.changed.notify_all();
-        true
+        first
     }
 
     pub(crate) fn mark_released(&self) {
@@ -137,7 +167,9 @@ impl LeaseState {
                 return false;
             }
             let now = Instant::now();
-            if now >= inner.expires_at {
+            if inner.record_expiry(now) {
+                drop(inner);
+                self.changed.notify_all();
                 return true;
             }
             if deadline.is_some_and(|d| now >= d) {
@@ -248,6 +280,39 @@ mod tests {
         assert!(waiter.join().unwrap());
         state.renewed(Instant::now(), Duration::from_secs(10));
         assert!(state.is_lost());
+    }
+
+    /// A lease seen lost by the clock, then a renewal's reply that arrives late: the reply
+    /// renews nothing, and the loss is reported once.
+    #[test]
+    fn a_lease_read_lost_by_the_clock_stays_lost_after_a_late_renewal() {
+        let sent_at = Instant::now();
+        let state = LeaseState::new(sent_at + Duration::from_millis(5));
+        let watch = LeaseWatch::new(Arc::clone(&state));
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(watch.is_lost());
+        // The renewal was sent before the lease ran out; its reply comes after.
+        state.renewed(sent_at, Duration::from_secs(30));
+        state.expires_at_set(Instant::now() + Duration::from_secs(30));
+        assert!(state.is_lost());
+        assert!(watch.wait_timeout(Duration::from_millis(1)));
+        assert!(matches!(state.lost_reason(), Some(LostReason::Expired(_))));
+        // The first to report it is told so, and only the first.
+        assert!(state.mark_lost(LostReason::Taken));
+        assert!(!state.mark_lost(LostReason::Taken));
+        assert!(!state.mark_lost_at_release(LostReason::Taken));
+        assert!(matches!(state.lost_reason(), Some(LostReason::Expired(_))));
+    }
+
+    /// Nobody looked between the lease's end and the late reply: still lost.
+    #[test]
+    fn a_renewal_reply_after_the_lease_ran_out_renews_nothing() {
+        let sent_at = Instant::now();
+        let state = LeaseState::new(sent_at + Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(20));
+        state.renewed(sent_at, Duration::from_secs(30));
+        assert!(state.is_lost());
+        assert!(state.expires_at() < Instant::now());
     }
 
     #[test]

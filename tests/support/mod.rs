@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod delay_proxy;
 pub mod netns;
 pub mod python;
 pub mod sentinel;
