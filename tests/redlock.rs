@@ -500,3 +500,65 @@ fn a_panic_while_holding_releases_the_lock_and_leaves_a_poison_record() {
     assert!(g.poison().unwrap().is_none());
     assert!(!g.clear_poison().unwrap());
 }
+
+/// Five instances, four workers (each its own Redlock, as separate processes would be)
+/// taking and releasing one lock, while instances are killed and restarted one at a time
+/// (a majority always up), some kills landing during an unlock round: every unlock that a
+/// majority could confirm is `Ok`, and no lock is held by two workers at once.
+#[test]
+fn unlock_with_a_majority_up_succeeds_while_instances_are_killed_and_restarted() {
+    let servers = Arc::new(std::sync::Mutex::new(servers(5)));
+    let urls: Vec<String> = servers.lock().unwrap().iter().map(|s| s.url()).collect();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (urls, stop, inside) = (urls.clone(), Arc::clone(&stop), Arc::clone(&inside));
+            std::thread::spawn(move || {
+                let redlock = Redlock::builder()
+                    .default_lease(Duration::from_secs(2))
+                    .instance_timeout(Duration::from_millis(200))
+                    .connect_timeout(Duration::from_millis(200))
+                    .open(urls.iter().map(String::as_str))
+                    .unwrap();
+                let m = redlock.mutex("majority-up");
+                let (mut unlocks, mut errors) = (0u32, Vec::new());
+                while !stop.load(Ordering::SeqCst) {
+                    let Ok(Some(g)) = m.try_lock_for(Duration::from_millis(500)) else {
+                        continue;
+                    };
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    unlocks += 1;
+                    if let Err(e) = g.unlock() {
+                        errors.push(e.to_string());
+                    }
+                }
+                (unlocks, errors)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut kills = 0;
+    while started.elapsed() < Duration::from_secs(20) {
+        let i = kills % 5;
+        std::thread::sleep(Duration::from_millis(150));
+        servers.lock().unwrap()[i].kill();
+        std::thread::sleep(Duration::from_millis(250));
+        servers.lock().unwrap()[i].restart();
+        kills += 1;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (mut unlocks, mut errors) = (0, Vec::new());
+    for w in workers {
+        let (n, e) = within(LIMIT, move || w.join().unwrap());
+        unlocks += n;
+        errors.extend(e);
+    }
+    assert!(unlocks >= 100, "only {unlocks} unlocks in 20 s");
+    assert!(
+        errors.is_empty(),
+        "{} of {unlocks} unlocks failed with a majority up ({kills} kills): {errors:#?}",
+        errors.len()
+    );
+}

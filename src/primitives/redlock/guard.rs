@@ -123,12 +123,22 @@ impl RedlockHold {
         if let Some(reason) = lost {
             return Err(self.lost(reason));
         }
-        if released >= self.inner.quorum {
-            return Ok(());
-        }
-        match error {
-            Some(e) if released + (n - released - not_ours) >= self.inner.quorum => Err(e),
-            _ => Err(self.lost(LostReason::Taken)),
+        match release_outcome(released, not_ours, n, self.inner.quorum) {
+            Released::Confirmed => Ok(()),
+            Released::Lost => Err(self.lost(LostReason::Taken)),
+            Released::Unknown => {
+                let why = error.unwrap_or_else(|| Error::new(ErrorKind::Server, "no reply"));
+                let answered = released + not_ours;
+                Err(Error::new(
+                    why.kind(),
+                    format!(
+                        "releasing Redlock {:?}: only {answered} of {n} instances answered \
+                         ({released} released it), too few to tell whether it was still held; \
+                         the rest expire with the lease: {why}",
+                        self.name
+                    ),
+                ))
+            }
         }
     }
 
@@ -137,6 +147,37 @@ impl RedlockHold {
             ErrorKind::LockLost,
             format!("Redlock {:?} was lost: {}", self.name, reason.describe()),
         )
+    }
+}
+
+/// What a release round tells of a hold that was not known to be lost before it.
+#[derive(Debug, PartialEq, Eq)]
+enum Released {
+    /// A majority of the instances answered: the lock is no longer this holder's on a
+    /// majority, and the hold, valid until the release, was not lost.
+    Confirmed,
+    /// Too few instances released it for a majority to have held it: it was lost.
+    Lost,
+    /// Too few instances answered to tell.
+    Unknown,
+}
+
+/// The outcome of a release that `released` instances carried out and `not_ours` found not
+/// (or no longer) holding this holder's token, of `n`, the others not answering. An instance
+/// that never granted the hold (it was down, or someone else's copy was there when the hold
+/// was taken) says "not ours" too, so those answers confirm the release without counting as
+/// a loss while the instances that did not answer could still make up the majority that held
+/// it (an instance killed during the release round, say).
+fn release_outcome(released: usize, not_ours: usize, n: usize, quorum: usize) -> Released {
+    let silent = n - released - not_ours;
+    if released >= quorum {
+        Released::Confirmed
+    } else if released + silent < quorum {
+        Released::Lost
+    } else if released + not_ours >= quorum {
+        Released::Confirmed
+    } else {
+        Released::Unknown
     }
 }
 
@@ -289,9 +330,13 @@ impl RedlockGuard {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::LockLost`] when the lease was lost, or a majority no longer held it; the
-    /// error of an instance when too few answered to tell (their copies expire with the
-    /// lease). Inner re-entrant guards only count down and return `Ok`.
+    /// `Ok` when a majority of the instances answered (released it, or did not hold it:
+    /// an instance that never granted this hold, or was killed during the round, does not
+    /// fail an unlock that a majority confirmed). [`ErrorKind::LockLost`] when the lease was
+    /// lost, or the answers show that no majority still held it. When fewer than a majority
+    /// answered, the error of an instance that did not, saying how many answered (their
+    /// copies are released later, or expire with the lease). Inner re-entrant guards only
+    /// count down and return `Ok`.
     pub fn unlock(self) -> Result<()> {
         let hold = Arc::clone(&self.hold);
         std::mem::forget(self);
@@ -364,5 +409,37 @@ impl fmt::Debug for RedlockGuard {
             .field("fencing_token", &self.hold.fencing_token)
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{release_outcome, Released};
+
+    #[test]
+    fn a_release_is_judged_by_the_instances_that_answered() {
+        // (released, not ours, of 5 with a quorum of 3)
+        let cases = [
+            ((5, 0), Released::Confirmed),
+            ((3, 0), Released::Confirmed),
+            // Held on three, one of them killed during the release; two never granted it.
+            ((2, 2), Released::Confirmed),
+            ((1, 2), Released::Confirmed),
+            // No majority could have held it.
+            ((2, 3), Released::Lost),
+            ((0, 5), Released::Lost),
+            ((1, 3), Released::Lost),
+            // Three instances silent: too few answered to tell.
+            ((2, 0), Released::Unknown),
+            ((0, 0), Released::Unknown),
+            ((0, 2), Released::Unknown),
+        ];
+        for ((released, not_ours), outcome) in cases {
+            assert_eq!(
+                release_outcome(released, not_ours, 5, 3),
+                outcome,
+                "{released} released, {not_ours} not ours"
+            );
+        }
     }
 }
