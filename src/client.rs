@@ -343,7 +343,7 @@ impl Client {
     /// Checks that the client can reach Redis as its address says, for a service to run at
     /// start-up: connects (within the connect timeout), authenticates and selects the
     /// database, and gets an answer to a `TIME` (within the response timeout; a command the
-    /// ACL list in the README allows), from the
+    /// ACL list in docs/guide/tls-and-acl.md allows), from the
     /// server, the master the sentinels name, or every master of a cluster. Opening a client
     /// connects nothing; without this check, a wrong address shows at the first lock.
     ///

@@ -1,4 +1,6 @@
-//! A blocking, re-entrant distributed `Mutex` for threaded Rust programs, backed by Redis.
+//! A distributed `Mutex` for threaded (non-async) Rust programs, backed by Redis: a lock
+//! taken through a [`Client`] excludes every thread of every process that uses the same Redis
+//! and the same name.
 //!
 //! ```no_run
 //! # fn main() -> redmutex::Result<()> {
@@ -7,64 +9,123 @@
 //! # Ok(()) }
 //! ```
 //!
-//! A lock taken through a [`Client`] excludes every thread of every process that uses the
-//! same Redis and the same name, with what `std::sync::Mutex` gives inside one process — a
-//! guard that releases on drop, blocking and timed acquires, re-entry on the same thread —
-//! and what a network lock needs:
+//! It gives what `std::sync::Mutex` gives inside one process — exclusion, a guard that
+//! releases on drop, blocking and timed acquires, re-entry on the same thread — and what a
+//! network lock needs:
 //!
 //! - **A lease with automatic renewal.** A lock lives in Redis with an expiry, so a holder
-//!   that dies cannot keep it forever; the client's one renewal thread renews every held
-//!   lock in pipelined batches while its guard lives.
+//!   that dies cannot keep it; the client's one renewal thread renews every held lock in
+//!   pipelined batches while its guard lives.
 //! - **Fencing tokens.** Every acquisition gets a number greater than every earlier one for
 //!   that name ([`MutexGuard::fencing_token`]); a resource that remembers the highest token
 //!   it accepted can refuse a holder whose lease ran out.
 //! - **Knowing when the lease was lost.** [`MutexGuard::is_lost`] answers without a round
 //!   trip, [`MutexGuard::verify`] asks Redis, and a [`LeaseWatch`] can be polled or waited on
-//!   from any thread.
+//!   from any thread. Lost is final: once a lease reads as lost, by Redis or by the client's
+//!   clock, every later `is_lost()`, `LeaseWatch` and [`unlock`](MutexGuard::unlock)
+//!   ([`ErrorKind::LockLost`]) agree, whatever replies arrive later.
 //! - **Speed.** One round trip to take a free lock, one to release it, none to re-enter.
 //!
-//! # Quick tour
+//! Beside [`Mutex`] come [`FairMutex`] (first come, first served), [`RwLock`], [`Semaphore`],
+//! [`MultiLock`] (several locks, all or none), [`Shared`] (a value kept under a lock, also
+//! updated optimistically) and [`Redlock`], over one server, Redis Sentinel or Redis Cluster.
+//!
+//! # Common uses
+//!
+//! **A lock across processes**, with a lease renewed while the guard lives and a start-up
+//! check ([`Client::check`]):
 //!
 //! ```no_run
 //! # fn main() -> redmutex::Result<()> {
 //! use std::time::Duration;
 //!
 //! let client = redmutex::Client::builder()
-//!     .default_lease(Duration::from_secs(30))
+//!     .default_lease(Duration::from_secs(30)) // renewed every 10 s while held
 //!     .open("redis://127.0.0.1/")?;
-//! let stock = client.mutex("stock:sku-42");
-//!
-//! {
-//!     let guard = stock.lock()?;           // blocks until held
-//!     let again = stock.lock()?;           // re-entry: no round trip
-//!     assert_eq!(stock.hold_count(), 2);
-//!     println!("fencing token {}", guard.fencing_token());
-//!     drop(again);
-//! }                                        // released here
-//!
-//! if let Some(guard) = stock.try_lock_for(Duration::from_millis(500))? {
-//!     guard.unlock()?;                     // release and see any error
-//! }
-//!
-//! // A fixed lease, without renewal, for work with a known bound.
-//! let report = client.mutex("report").with_lease(Duration::from_secs(5));
-//! if let Some(_guard) = report.try_lock()? { /* ... */ }
+//! client.check()?; // a wrong address, password or database fails here
+//! let guard = client.mutex("stock:sku-42").lock()?;
+//! println!("fencing token {}", guard.fencing_token());
+//! guard.unlock()?; // or drop it; unlock reports a lease that was lost
 //! # Ok(()) }
 //! ```
 //!
-//! # Keys in Redis
+//! **Run once across a fleet**: a fixed lease, one attempt, and after the run
+//! [`MutexGuard::keep_until_expiry`], which leaves the lock in Redis until its lease ends so
+//! that no other instance runs the job in that window:
 //!
-//! For a lock called `N` and the key prefix `P` (default `redmutex`): `P:{N}` holds the
-//! holder's token with a PX expiry, `P:{N}:fence` the fencing counter, and releases are
-//! announced on the channel `P:{N}:ch`. All keys of one lock share the hash tag `{N}`.
+//! ```no_run
+//! # fn main() -> redmutex::Result<()> {
+//! use std::time::Duration;
 //!
-//! # TLS and credentials
+//! let client = redmutex::Client::open("redis://127.0.0.1/")?;
+//! let job = client.mutex("nightly-invoices").with_lease(Duration::from_secs(3600));
+//! if let Some(guard) = job.try_lock()? {
+//!     // ... run the job ...
+//!     let left = guard.keep_until_expiry()?;
+//!     println!("no instance runs it again for {left:?}");
+//! }
+//! # Ok(()) }
+//! ```
 //!
-//! `rediss://` URLs connect over TLS (the `tls` feature, on by default), checking the
-//! server's certificate against the system's trust store, or against a private CA given to
-//! `Builder::tls_ca_certificates`; `Builder::tls_client_certificate` presents a client
-//! certificate. A user name and password in the URL authenticate every connection (Redis ACL
-//! users, or `requirepass`); no password ever appears in `Debug` output, errors or logs.
+//! **A shared counter**: [`Client::shared`] gives a `std::sync::Mutex<T>` across processes,
+//! whose value comes with the lock and is written back with the release (never by a holder
+//! whose lease ran out); [`Shared::get`] and [`Shared::update`] work without the lock:
+//!
+//! ```no_run
+//! # fn main() -> redmutex::Result<()> {
+//! let client = redmutex::Client::open("redis://127.0.0.1/")?;
+//! let mut id = client.shared::<u64>("next-invoice-id").lock()?;
+//! *id += 1;
+//! id.unlock()?; // written back with the release
+//! # Ok(()) }
+//! ```
+//!
+//! **Waiting with a deadline**: [`Mutex::try_lock_for`] gives `None` when the lock is still
+//! held elsewhere when the time is up:
+//!
+//! ```no_run
+//! # fn main() -> redmutex::Result<()> {
+//! use std::time::Duration;
+//!
+//! let client = redmutex::Client::open("redis://127.0.0.1/")?;
+//! match client.mutex("nightly-report").try_lock_for(Duration::from_secs(5))? {
+//!     Some(_guard) => println!("running it"),
+//!     None => println!("another instance held it for 5 s"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! **Fencing a write**: pass [`MutexGuard::fencing_token`] to the resource, which refuses
+//! tokens lower than the highest it accepted. `redmutex::redis` re-exports the `redis` crate
+//! for the commands of your own that this takes; its documentation here shows a fenced write.
+//!
+//! # Deployments and outages
+//!
+//! [`Client::open`] takes `redis://` (or `rediss://`, TLS), `redis+sentinel://` and
+//! `redis+cluster://` URLs; [`Redlock`] spans several independent masters. A client that has
+//! never reached its deployment fails a blocking call ([`Mutex::lock`],
+//! [`Mutex::try_lock_for`], …) the way [`Client::check`] does: at once when the connection is
+//! refused, within the connect timeout when the server is silent, and with
+//! [`ErrorKind::Config`] when the sentinels do not know the master name. Once it has reached
+//! it, blocking calls ride through restarts and failovers for the
+//! [outage patience](Builder::outage_patience) (20 s by default).
+//!
+//! # The guide
+//!
+//! The repository's `README.md` is the front page; `docs/guide/` (shipped with the crate)
+//! has a chapter per topic:
+//!
+//! - `primitives.md`: every primitive, the lease, run once, fencing, `Shared<T>` and its
+//!   optimistic updates;
+//! - `deployments.md`: server versions, Sentinel, Cluster, Redlock, replica
+//!   acknowledgements, connections, outages;
+//! - `operations.md`: who holds what ([`Client::lock_info`]), the `redmutex` command (the
+//!   `cli` feature), metrics (the `metrics` feature) and events, mixed fleets;
+//! - `guarantees.md`, `keys.md` (every key in Redis), `tls-and-acl.md`, `performance.md`,
+//!   and `examples.md` (the demo, the example programs and the tests).
+//!
+//! `docs/guarantees.md` lists what is and is not guaranteed and each failure mode,
+//! `docs/design.md` how it works, and `docs/performance.md` the measured figures.
 //!
 //! # Errors
 //!
@@ -147,3 +208,48 @@ pub use stats::Stats;
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's index, compiled with the doc tests as the README is.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/README.md")]
+pub struct GuideIndexDoctests;
+
+/// The guide's chapter on the demo, the examples and the tests, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/examples.md")]
+pub struct GuideExamplesDoctests;
+
+/// The guide's chapter on the primitives, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/primitives.md")]
+pub struct GuidePrimitivesDoctests;
+
+/// The guide's chapter on deployments, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/deployments.md")]
+pub struct GuideDeploymentsDoctests;
+
+/// The guide's chapter on operations and the CLI, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/operations.md")]
+pub struct GuideOperationsDoctests;
+
+/// The guide's chapter on guarantees, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/guarantees.md")]
+pub struct GuideGuaranteesDoctests;
+
+/// The guide's chapter on keys in Redis, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/keys.md")]
+pub struct GuideKeysDoctests;
+
+/// The guide's chapter on TLS and ACL, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/tls-and-acl.md")]
+pub struct GuideTlsAndAclDoctests;
+
+/// The guide's chapter on performance, compiled with the doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/performance.md")]
+pub struct GuidePerformanceDoctests;

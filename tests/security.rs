@@ -23,10 +23,10 @@ const WRONG_PASSWORD: &str = "wrong-guess-91c2aa";
 /// None of these may appear in anything the crate prints or logs.
 const SECRETS: [&str; 3] = [ACL_PASSWORD, REQUIREPASS, WRONG_PASSWORD];
 
-/// What an ACL user needs to use every feature of the crate, as the README lists it (`WAIT`
-/// only with `Builder::replica_acks`). Keys and channels: `~redmutex:*` and `&redmutex:*`
+/// What an ACL user needs to use every feature of the crate, as docs/guide/tls-and-acl.md
+/// lists it (`WAIT` only with `Builder::replica_acks`). Keys and channels: `~redmutex:*` and `&redmutex:*`
 /// for the default key prefix. Redis 6.2 has no sharded pub/sub: there the classic commands,
-/// as the README says.
+/// as docs/guide/tls-and-acl.md says.
 fn lock_commands() -> String {
     let pubsub = match support::server_version().redis_before(7, 0) {
         true => "+publish +subscribe +unsubscribe",

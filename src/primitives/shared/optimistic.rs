@@ -103,7 +103,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
     ///
     /// Suited to values read far more often than written: reads ([`get`](Shared::get)) never
     /// wait, and updates cost two round trips when they do not collide. Under many writers of
-    /// one value, [`lock`](Shared::lock) does better (see the README).
+    /// one value, [`lock`](Shared::lock) does better (see docs/guide/primitives.md).
     ///
     /// # Errors
     ///
