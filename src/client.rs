@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{validate_lease, Config, ReplicaAcks};
+use crate::config::{lease_problem, Config, ReplicaAcks};
 use crate::connection::{
     Address, AddressKind, Cluster, ClusterAddress, ClusterSettings, Connections, IntoAddress,
     NodeClients, PoolSettings, Sentinel, SentinelAddress, SentinelSettings, Standalone,
@@ -15,6 +15,7 @@ use crate::connection::{
 use crate::connection::{ClientCertificate, TlsSettings};
 use crate::error::{Error, Result, Server};
 use crate::events::{EventHandler, Events};
+use crate::human_duration::Human;
 use crate::identity;
 use crate::inspect::{self, LockInfo};
 use crate::keys;
@@ -875,16 +876,18 @@ impl Builder {
         if self.response_timeout.is_zero() {
             return Err(Error::config("response timeout must not be zero"));
         }
-        validate_lease(self.default_lease)
-            .map_err(|e| Error::config(format!("default lease: {e}")))?;
+        if let Some(problem) = lease_problem(self.default_lease) {
+            return Err(Error::config(format!("the default lease {problem}")));
+        }
         let renewal_interval = self.renewal_interval.unwrap_or(self.default_lease / 3);
         if renewal_interval.is_zero() {
             return Err(Error::config("renewal interval must not be zero"));
         }
         if renewal_interval >= self.default_lease {
             return Err(Error::config(format!(
-                "renewal interval ({renewal_interval:?}) must be below the default lease ({:?})",
-                self.default_lease
+                "the renewal interval ({}) must be below the default lease ({})",
+                Human(renewal_interval),
+                Human(self.default_lease)
             )));
         }
         keys::validate_prefix(&self.key_prefix)?;
@@ -1304,6 +1307,24 @@ mod tests {
             let err = check(b).expect_err(&dbg);
             assert!(err.is_config(), "{dbg}: {err}");
         }
+    }
+
+    #[test]
+    fn a_bad_lease_is_told_in_one_sentence_with_human_durations() {
+        let told = |b: Builder| check(b).unwrap_err().to_string();
+        assert_eq!(
+            told(Builder::new().default_lease(Duration::ZERO)),
+            "invalid configuration: the default lease must be at least 1 ms, got 0 s"
+        );
+        assert_eq!(
+            told(Builder::new().default_lease(Duration::from_secs(2 * 31_536_000))),
+            "invalid configuration: the default lease must be at most 1 year, got 2 years"
+        );
+        assert_eq!(
+            told(Builder::new().renewal_interval(Duration::from_secs(45))),
+            "invalid configuration: the renewal interval (45 s) must be below the default \
+             lease (30 s)"
+        );
     }
 
     #[test]

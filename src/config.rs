@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::connection::PoolSettings;
 use crate::error::{Error, Result};
 use crate::events::Events;
+use crate::human_duration::Human;
 
 /// The longest lease accepted: 365 days.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -63,17 +64,24 @@ pub(crate) fn clock_drift(lease: Duration) -> Duration {
 
 /// Checks a lease: at least 1 ms, at most [`MAX_LEASE`].
 pub(crate) fn validate_lease(lease: Duration) -> Result<()> {
+    lease_problem(lease).map_or(Ok(()), |problem| {
+        Err(Error::invalid_argument(format!("a lease {problem}")))
+    })
+}
+
+/// What is wrong with a lease, as the end of a sentence ("must be at least 1 ms, got 0 s").
+pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
     if lease < Duration::from_millis(1) {
-        return Err(Error::invalid_argument(format!(
-            "lease must be at least 1 ms, got {lease:?}"
-        )));
+        return Some(format!("must be at least 1 ms, got {}", Human(lease)));
     }
     if lease > MAX_LEASE {
-        return Err(Error::invalid_argument(format!(
-            "lease must be at most {MAX_LEASE:?}, got {lease:?}"
-        )));
+        return Some(format!(
+            "must be at most {}, got {}",
+            Human(MAX_LEASE),
+            Human(lease)
+        ));
     }
-    Ok(())
+    None
 }
 
 /// A duration in whole milliseconds, as scripts take it.

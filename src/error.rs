@@ -5,6 +5,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::human_duration::Human;
+
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -46,20 +48,6 @@ pub(crate) struct Server {
     pub(crate) address: Arc<str>,
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
-}
-
-/// A duration as a person writes it: `1 s`, `1.5 s`, `250 ms`.
-pub(crate) fn human(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms >= 1000 && ms.is_multiple_of(1000) {
-        format!("{} s", ms / 1000)
-    } else if ms >= 1000 {
-        format!("{:.1} s", d.as_secs_f64())
-    } else if ms > 0 {
-        format!("{ms} ms")
-    } else {
-        format!("{} µs", d.as_micros())
-    }
 }
 
 /// What went wrong, in broad strokes; see [`Error::kind`].
@@ -281,7 +269,7 @@ impl Error {
         let message = match kind {
             ErrorKind::Timeout => format!(
                 "redis at {at} did not answer within {} while {doing}",
-                human(server.response_timeout)
+                Human(server.response_timeout)
             ),
             ErrorKind::Connection if err.is_connection_dropped() => {
                 format!("the connection to redis at {at} broke while {doing}")
@@ -305,7 +293,7 @@ impl Error {
                 ErrorKind::Connection,
                 format!(
                     "redis at {at} did not accept a connection within {} while {doing}",
-                    human(server.connect_timeout)
+                    Human(server.connect_timeout)
                 ),
             )
         } else if err.is_connection_refusal() {
@@ -340,7 +328,7 @@ impl Error {
             let message = format!(
                 "redis at {at} accepted a connection but did not answer its handshake within {} \
                  while {doing}",
-                human(server.connect_timeout)
+                Human(server.connect_timeout)
             );
             return Error::new(ErrorKind::Connection, message)
                 .with_source(err)
@@ -355,6 +343,18 @@ impl Error {
                  `databases` setting allows fewer) while {doing}"
             );
             return Error::new(ErrorKind::Config, message)
+                .with_source(err)
+                .at_checkout();
+        }
+        if err
+            .detail()
+            .is_some_and(|d| d.contains("called without any password configured"))
+        {
+            let message = format!(
+                "the address gives a password, but redis at {at} has none set (remove it from \
+                 the address, or set one on the server) while {doing}"
+            );
+            return Error::new(ErrorKind::Auth, message)
                 .with_source(err)
                 .at_checkout();
         }
@@ -373,6 +373,25 @@ impl Error {
         };
         let message = format!("cannot connect to redis at {at} while {doing}: {err}");
         Error::new(kind, message).with_source(err).at_checkout()
+    }
+
+    /// A TLS address whose server accepted the connection and then did not answer, or not
+    /// in TLS: most often a `rediss://` address pointed at a plain port.
+    pub(crate) fn from_tls_handshake(
+        server: &Server,
+        doing: Doing<'_>,
+        err: redis::RedisError,
+    ) -> Self {
+        let at = &server.address;
+        let message = format!(
+            "redis at {at} accepted a connection but did not complete the TLS handshake \
+             within {} while {doing} (is this a TLS port? a rediss:// address needs a server \
+             that speaks TLS there): {err}",
+            Human(server.connect_timeout)
+        );
+        Error::new(ErrorKind::Connection, message)
+            .with_source(err)
+            .at_checkout()
     }
 
     /// Whether Redis replied with this error code (`READONLY`, `MOVED`, …).
@@ -566,13 +585,6 @@ mod tests {
              lock \"orders:42\""
         );
         assert!(StdError::source(&e).is_some());
-    }
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(human(Duration::from_secs(3)), "3 s");
-        assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
-        assert_eq!(human(Duration::from_millis(250)), "250 ms");
     }
 
     /// An error reply as redis-rs parses it off the wire.

@@ -142,6 +142,7 @@ mod connection;
 mod error;
 pub mod events;
 mod fast_hash;
+mod human_duration;
 mod identity;
 mod inspect;
 mod keys;

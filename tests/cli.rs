@@ -95,6 +95,12 @@ fn a_held_lock_is_listed_shown_and_unlocked_with_its_holder_named() {
     assert!(String::from_utf8_lossy(&no.stderr).contains("billing-worker"));
     let other = Client::open(server.url()).unwrap();
     assert!(other.mutex("orders:42").try_lock().unwrap().is_none());
+    // No answer at all (standard input is not a terminal): it says how to confirm.
+    let silent = redmutex(&server, &["unlock", "orders:42"], "");
+    assert_eq!(silent.status.code(), Some(5), "{silent:?}");
+    let said = String::from_utf8_lossy(&silent.stderr);
+    assert!(said.contains("--yes"), "{said}");
+    assert!(other.mutex("orders:42").try_lock().unwrap().is_none());
 
     // Confirmed: unlocked, and it says who held it.
     let yes = redmutex(&server, &["unlock", "orders:42", "--yes"], "");
@@ -193,4 +199,25 @@ fn help_and_version_go_to_stdout_and_usage_errors_exit_2() {
     assert!(none.status.success(), "{none:?}");
     let text = String::from_utf8_lossy(&none.stdout);
     assert!(text.contains("not held"), "{text}");
+}
+
+#[test]
+fn show_labels_a_semaphore_s_permits_held_and_in_all() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let exports = client.semaphore("exports", 5);
+    let _two = exports.acquire_many(2).unwrap();
+    let _one = exports.acquire().unwrap();
+    let show = redmutex(&server, &["show", "exports"], "");
+    assert!(show.status.success(), "{show:?}");
+    let text = text(&show);
+    assert!(text.contains("holds       2 permits"), "{text}");
+    assert!(text.contains("permits     3 of 5 held"), "{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("permits"))
+            .count(),
+        1,
+        "{text}"
+    );
 }

@@ -344,6 +344,22 @@ fn wrong_or_missing_password_is_an_auth_error_without_the_password() {
     let err = within(LIMIT, move || none.mutex("a").lock().map(drop)).unwrap_err();
     assert!(err.is_auth(), "{err}");
 
+    // A password sent to a server that has none: one sentence of ours, no reply text.
+    let open = RedisServer::start();
+    let given = format!("redis://:wrong-staple-99@127.0.0.1:{}/", open.port());
+    for call in [
+        Box::new(|c: Client| c.check()) as Box<dyn FnOnce(Client) -> redmutex::Result<()> + Send>,
+        Box::new(|c: Client| c.mutex("a").lock().map(drop)),
+    ] {
+        let client = fast_failing_client(&given);
+        let err = within(LIMIT, move || call(client)).unwrap_err();
+        assert!(err.is_auth(), "{err}");
+        let shown = err.to_string();
+        assert!(shown.contains("has none set"), "{shown}");
+        assert!(!shown.contains("wrong-staple-99"), "{shown}");
+        assert!(!shown.contains("ResponseError"), "{shown}");
+    }
+
     let right = format!("redis://:right-horse-battery@127.0.0.1:{}/", server.port());
     let client = fast_failing_client(&right);
     assert!(!format!("{client:?}").contains("right-horse-battery"));

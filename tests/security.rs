@@ -660,6 +660,7 @@ mod over_tls {
             .unwrap();
         let err = try_lock_error(&tls_to_plain, "p");
         assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+        assert!(err.to_string().contains("is this a TLS port?"), "{err}");
 
         assert_nothing_written_and_tls_works(&tls, "p");
     }

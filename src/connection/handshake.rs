@@ -20,6 +20,8 @@ pub(crate) struct Handshake {
     client: redis::Client,
     /// The handshake commands, packed in one write, and how many replies they get.
     commands: Option<(Vec<u8>, usize)>,
+    /// Whether the address asks for TLS (`rediss://`).
+    tls: bool,
 }
 
 /// Why a connection could not be made.
@@ -29,6 +31,9 @@ pub(crate) enum Failed {
     /// The handshake: a refusal (a wrong password, a database out of range), or no answer
     /// within the deadline after the server accepted the connection.
     Handshake(redis::RedisError),
+    /// No answer, or no sense, from a server that a TLS address (`rediss://`) reached: most
+    /// likely a plain port, which waits for a command that never comes.
+    Tls(redis::RedisError),
 }
 
 impl Handshake {
@@ -36,10 +41,12 @@ impl Handshake {
     pub(crate) fn of(client: &redis::Client) -> Self {
         let info = client.get_connection_info();
         let settings = info.redis_settings();
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
         if settings.protocol().supports_resp3() {
             return Handshake {
                 client: client.clone(),
                 commands: None,
+                tls,
             };
         }
         let mut pipe = redis::pipe();
@@ -65,11 +72,13 @@ impl Handshake {
             Ok(bare) => Handshake {
                 client: bare,
                 commands: Some((pipe.get_packed_pipeline(), pipe.len())),
+                tls,
             },
             // Cannot happen for an address that made a client; keep redis-rs's handshake.
             Err(_) => Handshake {
                 client: client.clone(),
                 commands: None,
+                tls,
             },
         }
     }
@@ -84,7 +93,7 @@ impl Handshake {
         let mut conn = self
             .client
             .get_connection_with_timeout(left())
-            .map_err(Failed::Connect)?;
+            .map_err(|e| self.failed(e, Failed::Connect))?;
         let Some((packed, count)) = &self.commands else {
             return Ok(conn);
         };
@@ -103,7 +112,18 @@ impl Handshake {
             }
             refused.map_or(Ok(()), Err)
         };
-        shake(&mut conn).map_err(Failed::Handshake)?;
+        shake(&mut conn).map_err(|e| self.failed(e, Failed::Handshake))?;
         Ok(conn)
+    }
+
+    /// How a connect or handshake failed: over TLS, a time-out or a broken exchange with a
+    /// server that did not refuse the connection says more as [`Failed::Tls`].
+    fn failed(&self, err: redis::RedisError, or: fn(redis::RedisError) -> Failed) -> Failed {
+        let unanswered = err.is_timeout()
+            || matches!(err.kind(), redis::ErrorKind::Io | redis::ErrorKind::Parse);
+        match self.tls && unanswered && !err.is_connection_refusal() {
+            true => Failed::Tls(err),
+            false => or(err),
+        }
     }
 }

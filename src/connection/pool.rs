@@ -181,7 +181,7 @@ impl Pool {
                     "all {} connections to redis at {} stayed in use for {} while {doing}",
                     shared.size,
                     shared.server.address,
-                    crate::error::human(limit)
+                    crate::human_duration::Human(limit)
                 ),
             )
             .at_checkout()
@@ -261,6 +261,7 @@ impl Shared {
                 let err = match failed {
                     Failed::Connect(err) => Error::from_connect(&self.server, doing, err),
                     Failed::Handshake(err) => Error::from_handshake(&self.server, doing, err),
+                    Failed::Tls(err) => Error::from_tls_handshake(&self.server, doing, err),
                 };
                 log::debug!("redmutex: connecting to redis failed: {err}");
                 Err(err)

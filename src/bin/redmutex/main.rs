@@ -8,7 +8,7 @@
 mod args;
 mod render;
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -179,9 +179,16 @@ fn unlock(client: &Client, name: &str, yes: bool, json: bool) -> redmutex::Resul
         eprint!("unlock {name:?}, held by {who}? [y/N] ");
         let _ = std::io::stderr().flush();
         let mut answer = String::new();
-        let _ = std::io::stdin().lock().read_line(&mut answer);
+        let read = std::io::stdin().lock().read_line(&mut answer);
         if !matches!(answer.trim(), "y" | "Y" | "yes") {
-            eprintln!("redmutex: not unlocked");
+            let unanswered = matches!(read, Ok(0) | Err(_));
+            match unanswered && !std::io::stdin().is_terminal() {
+                true => eprintln!(
+                    "\nredmutex: not unlocked: no answer (standard input is not a terminal); \
+                     pass --yes to unlock without asking"
+                ),
+                false => eprintln!("redmutex: not unlocked (pass --yes to unlock without asking)"),
+            }
             return Ok(DECLINED);
         }
     }

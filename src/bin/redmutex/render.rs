@@ -173,7 +173,7 @@ fn holder_lines(label: &str, h: &HolderInfo, out: &mut String) {
         out.push_str(&format!("  {:<12}{}\n", "lease left", duration(d)));
     }
     if h.units > 1 {
-        out.push_str(&format!("  {:<12}{}\n", "permits", h.units));
+        out.push_str(&format!("  {:<12}{} permits\n", "holds", h.units));
     }
     out.push_str(&format!("  {:<12}{}\n", "token", h.token));
 }
@@ -208,7 +208,8 @@ pub fn detail(info: &LockInfo) -> String {
         out.push_str(&format!("  {:<12}{f}\n", "fencing"));
     }
     if let Some(p) = info.permits {
-        out.push_str(&format!("  {:<12}{p}\n", "permits"));
+        let held: u64 = info.sharers.iter().map(|h| h.units.max(1)).sum();
+        out.push_str(&format!("  {:<12}{held} of {p} held\n", "permits"));
     }
     if let Some(b) = info.value_bytes {
         out.push_str(&format!("  {:<12}{b} bytes\n", "value"));
