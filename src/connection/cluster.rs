@@ -10,7 +10,7 @@
 //! `SSUBSCRIBE` on the master of the channel's slot), so no message crosses the cluster bus;
 //! on Redis 6, with classic `PUBLISH`, which the bus carries to every node.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -144,6 +144,8 @@ pub(crate) struct Cluster {
     recheck_at: AtomicU64,
     recheck_gap: Mutex<Duration>,
     epoch: Instant,
+    /// A node ever answered with a slot map.
+    answered: AtomicBool,
 }
 
 /// The shard index that stands for "no master known for this slot".
@@ -161,6 +163,7 @@ impl Cluster {
             recheck_at: AtomicU64::new(0),
             recheck_gap: Mutex::new(UNREPLICATED_RECHECK.0),
             epoch: Instant::now(),
+            answered: AtomicBool::new(false),
         }
     }
 
@@ -290,6 +293,7 @@ impl Cluster {
                         (changed, replicas_changed)
                     };
                     self.plan_recheck(unreplicated, changed || replicas_changed);
+                    self.answered.store(true, Ordering::Relaxed);
                     *self.last_error.lock() = None;
                     if changed {
                         self.generation.fetch_add(1, Ordering::AcqRel);
@@ -544,6 +548,10 @@ impl Deployment for Cluster {
     fn replicas_short(&self, shard: usize) {
         let suspect = self.shard_at(shard);
         self.refresh_soon(suspect.as_deref().map(|s| (s.host.as_str(), s.port)));
+    }
+
+    fn answered(&self) -> bool {
+        self.answered.load(Ordering::Relaxed)
     }
 
     fn settle_unread(&self) {

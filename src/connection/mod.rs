@@ -129,6 +129,14 @@ pub(crate) trait Deployment: Send + Sync {
     /// Reads the replies that idle pooled connections still carry: see
     /// [`Pool::settle_idle`].
     fn settle_unread(&self);
+
+    /// Whether the deployment ever answered in a way that shows its address is right, short
+    /// of a connection to the server that holds a lock: a Cluster node's slot map, a
+    /// sentinel naming the master. A server that refuses connections then is an outage (a
+    /// failover under way), not a wrong address.
+    fn answered(&self) -> bool {
+        false
+    }
 }
 
 /// What the rest of the crate talks to Redis through.
@@ -250,10 +258,11 @@ impl Connections {
     }
 
     /// Whether this client ever reached its deployment: made a connection whose handshake
-    /// (`AUTH`, `SELECT`, a `PING`) was answered. A blocking call rides through an outage
+    /// (`AUTH`, `SELECT`, a `PING`) was answered, or had the deployment say where its
+    /// servers are (see [`Deployment::answered`]). A blocking call rides through an outage
     /// only after that; before, it fails as `Client::check` does.
     pub(crate) fn reached(&self) -> bool {
-        self.reached.load(Ordering::Relaxed)
+        self.reached.load(Ordering::Relaxed) || self.deployment.answered()
     }
 
     /// Runs one call for the lock routed by `route`, on the server that owns it, following a

@@ -47,6 +47,8 @@ struct Inner {
     watcher: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Set by `shutdown`: the listener ends and is not started again.
     stopped: AtomicBool,
+    /// A sentinel ever named the master.
+    answered: AtomicBool,
 }
 
 /// A Sentinel deployment: one shard, the current master.
@@ -67,6 +69,7 @@ impl Sentinel {
                 generation: AtomicU64::new(0),
                 watcher: Mutex::new(None),
                 stopped: AtomicBool::new(false),
+                answered: AtomicBool::new(false),
             }),
         }
     }
@@ -128,18 +131,21 @@ impl Inner {
         for sentinel in &s.sentinels {
             let at = sentinel.get_connection_info().addr().to_string();
             match self.ask(sentinel) {
-                Ok(Some((host, port))) => match self.check_master(&host, port) {
-                    Ok(master) => {
-                        let master = Arc::new(master);
-                        self.learn_replicas(&master);
-                        *self.master.write() = Some(Arc::clone(&master));
-                        return Ok(master);
+                Ok(Some((host, port))) => {
+                    self.answered.store(true, Ordering::Relaxed);
+                    match self.check_master(&host, port) {
+                        Ok(master) => {
+                            let master = Arc::new(master);
+                            self.learn_replicas(&master);
+                            *self.master.write() = Some(Arc::clone(&master));
+                            return Ok(master);
+                        }
+                        Err(e) => {
+                            named += 1;
+                            failures.push(format!("{host}:{port} named by {at}: {e}"));
+                        }
                     }
-                    Err(e) => {
-                        named += 1;
-                        failures.push(format!("{host}:{port} named by {at}: {e}"));
-                    }
-                },
+                }
                 Ok(None) => unknown += 1,
                 Err(e) => failures.push(format!("sentinel {at}: {e}")),
             }
@@ -364,6 +370,10 @@ impl Deployment for Sentinel {
                 let _ = watcher.join();
             }
         }
+    }
+
+    fn answered(&self) -> bool {
+        self.inner.answered.load(Ordering::Relaxed)
     }
 
     fn settle_unread(&self) {
