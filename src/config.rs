@@ -83,8 +83,3 @@ pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
     }
     None
 }
-
-/// A duration in whole milliseconds, as scripts take it.
-pub(crate) fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::config::millis;
+use crate::connection::millis;
 
 /// The fields of a client's announcement, in the order they are written.
 pub(crate) const FIELDS: [&str; 6] = ["name", "host", "pid", "started_ms", "version", "lease_ms"];

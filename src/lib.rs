@@ -136,6 +136,7 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod client;
 mod config;
 mod connection;
@@ -188,7 +189,8 @@ mod waiting;
 /// ```
 pub use redis;
 
-pub use client::{Builder, Client};
+pub use builder::Builder;
+pub use client::Client;
 pub use config::MAX_LEASE;
 pub use connection::{Address, IntoAddress};
 pub use error::{Error, ErrorKind, Result};

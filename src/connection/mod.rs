@@ -23,6 +23,7 @@ mod split_call;
 mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
+mod wiring;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +45,11 @@ pub(crate) use server_features::{ServerFeatures, SetNxGet};
 pub(crate) type NodeClients =
     Box<dyn Fn(&str, u16, redis::ProtocolVersion) -> Result<redis::Client> + Send + Sync>;
 
+/// A duration in whole milliseconds, as scripts and `WAIT` take it.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// Where a call that a server redirected goes next.
 pub(crate) enum Redirect {
     /// Route it again: the deployment's map changed (`MOVED`).
@@ -60,6 +66,7 @@ const MAX_REDIRECTS: usize = 5;
 pub(crate) use standalone::Standalone;
 #[cfg(feature = "tls")]
 pub(crate) use tls::{ClientCertificate, TlsSettings};
+pub(crate) use wiring::{tcp_nodes, Reach, Wiring};
 
 /// One deployment of Redis: which server ("shard") holds a route, and connections to it.
 pub(crate) trait Deployment: Send + Sync {
@@ -199,9 +206,7 @@ impl ScriptCall {
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         pipe.invoke_script(&self.invocation);
-        pipe.cmd("WAIT")
-            .arg(replicas)
-            .arg(crate::config::millis(timeout));
+        pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
         let mut replies: Vec<redis::Value> = pipe.query(c)?;
         if replies.first().is_some_and(is_noscript) {
             // Redis lost its scripts: load this one, and send both once more.
@@ -476,9 +481,7 @@ impl Connections {
                 pipe.invoke_script(&call.invocation);
             }
             if let Some((replicas, timeout)) = ask {
-                pipe.cmd("WAIT")
-                    .arg(replicas)
-                    .arg(crate::config::millis(timeout));
+                pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
             }
             let mut replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
             if replies.iter().any(is_noscript) {

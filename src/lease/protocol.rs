@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::{slot_of, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::lease::{LeaseWrite, LockContext};

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;

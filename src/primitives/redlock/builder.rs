@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use super::Redlock;
-use crate::client::{Builder, Client};
+use crate::builder::Builder;
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::events::EventHandler;
 use crate::IntoAddress;

@@ -8,7 +8,7 @@ use redis::Script;
 
 use super::instances::{fan_out, too_few_answered, unexpected};
 use super::Inner;
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, Result};
 use crate::keys::LockKeys;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::{held, holders, permits_key, with_queue_keys, FAIR_QUEUE, NAMESPACE, PERMITS};
-use crate::config::millis;
+use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
