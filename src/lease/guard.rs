@@ -205,9 +205,16 @@ impl LeaseGuard {
             },
         );
         match result {
-            Ok(_) => log::warn!(
+            Ok(1) => log::warn!(
                 "redmutex: a thread panicked while holding lock {:?}; it is released and \
                  marked poisoned",
+                self.hold.name
+            ),
+            // Readers and permit holders keep no token on the lock key: no record is made,
+            // and none is claimed.
+            Ok(_) => log::warn!(
+                "redmutex: a thread panicked while holding lock {:?}; it is released (no \
+                 poison record: the lock key does not hold this holder's token)",
                 self.hold.name
             ),
             Err(e) => log::warn!(
