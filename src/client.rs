@@ -22,13 +22,16 @@ static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to one Redis deployment, from which locks are made.
 ///
-/// A `Client` owns a pool of connections and at most two background threads, whatever the
-/// number of locks and waiters: the renewal thread (once a lock needs renewal, or a failed
-/// call needs cleaning up after) and the subscriber thread (once a thread waits). It is cheap
-/// to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
-/// Building one makes no connection; the first operation connects, and fails with a
-/// [connection error](crate::ErrorKind::Connection) within the connect timeout when Redis
-/// cannot be reached.
+/// A `Client` owns a pool of connections per server and a few background threads, whatever
+/// the number of locks and waiters, each started when first needed: the renewal thread (once
+/// a lock needs renewal, or a failed call needs cleaning up after), a subscriber thread per
+/// server that has waiters (once a thread waits), and, for a Sentinel deployment, a listener
+/// for failovers. (Every pool of the process shares one more thread, r2d2's helper.) It is
+/// cheap to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
+/// Building one makes no connection; the first operation connects. Until a connection has
+/// been made, a call fails as [`check`](Client::check) does (at once when the connection is
+/// refused); after that, a blocking acquire rides through an outage for the
+/// [outage patience](crate::Builder::outage_patience).
 ///
 /// The background threads stop when the last handle is dropped: the last clone of the
 /// client and of every lock handle made from it ([`Mutex`], [`FairMutex`](crate::FairMutex),

@@ -220,22 +220,55 @@ impl LeaseState {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LeaseWatch {
-    state: Arc<LeaseState>,
+    watched: Watched,
 }
+
+/// The leases a watch watches: one, or those of a multi-lock (lost when any is).
+#[derive(Debug, Clone)]
+enum Watched {
+    One(Arc<LeaseState>),
+    Any(Arc<[Arc<LeaseState>]>),
+}
+
+/// How often a watch of several leases looks at the others while it waits on one (locally:
+/// no round trip).
+const ANY_SLICE: Duration = Duration::from_millis(10);
 
 impl LeaseWatch {
     pub(crate) fn new(state: Arc<LeaseState>) -> Self {
-        LeaseWatch { state }
+        LeaseWatch {
+            watched: Watched::One(state),
+        }
+    }
+
+    /// A watch of several leases (a multi-lock's): lost when any is, released when all are.
+    pub(crate) fn any(watches: impl IntoIterator<Item = LeaseWatch>) -> Self {
+        let states: Vec<Arc<LeaseState>> = watches
+            .into_iter()
+            .flat_map(|w| match w.watched {
+                Watched::One(state) => vec![state],
+                Watched::Any(states) => states.to_vec(),
+            })
+            .collect();
+        LeaseWatch {
+            watched: Watched::Any(states.into()),
+        }
     }
 
     /// Whether the lease is known to be lost. No round trip.
     pub fn is_lost(&self) -> bool {
-        self.state.is_lost()
+        match &self.watched {
+            Watched::One(state) => state.is_lost(),
+            Watched::Any(states) => states.iter().any(|s| s.is_lost()),
+        }
     }
 
     /// Whether the guard has released the lock.
     pub fn is_released(&self) -> bool {
-        self.state.is_released()
+        match &self.watched {
+            Watched::One(state) => state.is_released(),
+            Watched::Any(states) => states.iter().all(|s| s.is_released()),
+        }
     }
 
     /// Blocks until the lease is lost (returns `true`) or released (returns `false`).
@@ -243,17 +276,38 @@ impl LeaseWatch {
     /// It returns at the lease's end at the latest when renewal stops succeeding, so it
     /// cannot outlive a lease that nobody renews.
     pub fn wait(&self) -> bool {
-        self.state.wait_until(None)
+        self.wait_for(None)
     }
 
     /// Like [`wait`](Self::wait), but returns `false` when `timeout` passes first.
     pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        self.state.wait_until(Instant::now().checked_add(timeout))
+        self.wait_for(Instant::now().checked_add(timeout))
     }
 
     /// Like [`wait`](Self::wait), but returns `false` when `deadline` passes first.
     pub fn wait_until(&self, deadline: Instant) -> bool {
-        self.state.wait_until(Some(deadline))
+        self.wait_for(Some(deadline))
+    }
+
+    fn wait_for(&self, deadline: Option<Instant>) -> bool {
+        let states = match &self.watched {
+            Watched::One(state) => return state.wait_until(deadline),
+            Watched::Any(states) => states,
+        };
+        loop {
+            if states.iter().any(|s| s.is_lost()) {
+                return true;
+            }
+            let Some(live) = states.iter().find(|s| !s.is_released()) else {
+                return false;
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            let slice = now + ANY_SLICE;
+            live.wait_until(Some(deadline.map_or(slice, |d| d.min(slice))));
+        }
     }
 }
 

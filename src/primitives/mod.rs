@@ -2,6 +2,7 @@
 //! beside it, how its waiters wait) to the shared lease machinery, and a public handle.
 
 mod fair_mutex;
+mod guard_traits;
 mod multi_lock;
 mod mutex;
 mod mutex_guard;
@@ -12,6 +13,7 @@ mod semaphore;
 mod shared;
 
 pub use fair_mutex::FairMutex;
+pub use guard_traits::{Fenced, Lease};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;

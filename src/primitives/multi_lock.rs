@@ -10,7 +10,7 @@ use redis::Script;
 use crate::connection::millis;
 use crate::connection::{slot_of, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::lease::{LeaseWrite, LockContext};
+use crate::lease::{LeaseWatch, LeaseWrite, LockContext};
 use crate::primitives::mutex::taking_locks;
 use crate::primitives::{Mutex, MutexGuard};
 use crate::stats::Counters;
@@ -300,6 +300,75 @@ impl MultiLockGuard {
         &self.guards
     }
 
+    /// The name of the first lock taken (every name: [`guards`](Self::guards)).
+    pub fn name(&self) -> &str {
+        self.guards.first().map_or("", MutexGuard::name)
+    }
+
+    /// A handle that tells, from any thread, when the lease of any of the locks is lost
+    /// (and that all were released, once they are).
+    pub fn lease_watch(&self) -> LeaseWatch {
+        LeaseWatch::any(self.guards.iter().map(MutexGuard::lease_watch))
+    }
+
+    /// Asks Redis whether every lock is still held; returns the shortest lease left.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a lock, as for [`MutexGuard::verify`].
+    pub fn verify(&self) -> Result<Duration> {
+        self.each(MutexGuard::verify)
+            .map(|left| left.into_iter().min().unwrap_or_default())
+    }
+
+    /// Adds `additional` to the lease left of every lock.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a lock, as for [`MutexGuard::extend`]; the locks before it were
+    /// extended.
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.each(|g| g.extend(additional)).map(drop)
+    }
+
+    /// Sets the lease left of every lock to `remaining`.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](Self::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.each(|g| g.set_lease(remaining)).map(drop)
+    }
+
+    /// Stops renewing and leaves every lock held until its lease runs out; returns the
+    /// shortest lease left (as [`MutexGuard::keep_until_expiry`]).
+    ///
+    /// # Errors
+    ///
+    /// The first error of a lock; every lock is kept whatever Redis answered.
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        let mut shortest: Result<Duration> = Ok(Duration::MAX);
+        for guard in self.guards {
+            match (guard.keep_until_expiry(), &mut shortest) {
+                (Ok(left), Ok(short)) => *short = (*short).min(left),
+                (Err(e), Ok(_)) => shortest = Err(e),
+                (_, Err(_)) => {}
+            }
+        }
+        shortest.map(|left| {
+            if left == Duration::MAX {
+                Duration::ZERO
+            } else {
+                left
+            }
+        })
+    }
+
+    /// `f` on every guard, in order, up to the first error.
+    fn each<T>(&self, f: impl Fn(&MutexGuard) -> Result<T>) -> Result<Vec<T>> {
+        self.guards.iter().map(f).collect()
+    }
+
     /// Releases every lock now. Every one is released even when one fails.
     ///
     /// # Errors
@@ -351,3 +420,5 @@ impl fmt::Debug for MultiLockGuard {
             .finish_non_exhaustive()
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(MultiLockGuard);

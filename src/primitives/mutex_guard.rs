@@ -266,3 +266,5 @@ impl fmt::Debug for MutexGuard {
             .finish_non_exhaustive()
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(fenced MutexGuard);

@@ -490,6 +490,22 @@ impl RwLockReadGuard {
         self.inner.lease_watch()
     }
 
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Stops renewing and leaves this read hold held in Redis until its lease runs out; returns
+    /// how long that is. As
+    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors; the hold is kept whatever Redis answered.
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        self.inner.keep_until_expiry()
+    }
+
     /// Releases the read hold now and says how it went.
     ///
     /// # Errors
@@ -576,6 +592,22 @@ impl RwLockWriteGuard {
         self.inner.set_lease(remaining)
     }
 
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Stops renewing and leaves the write lock held in Redis until its lease runs out; returns
+    /// how long that is. As
+    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors; the hold is kept whatever Redis answered.
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        self.inner.keep_until_expiry()
+    }
+
     /// Releases the write hold now and says how it went.
     ///
     /// # Errors
@@ -595,3 +627,6 @@ impl fmt::Debug for RwLockWriteGuard {
             .finish_non_exhaustive()
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(RwLockReadGuard);
+crate::primitives::guard_traits::lease_by_own_methods!(fenced RwLockWriteGuard);

@@ -524,6 +524,22 @@ impl SemaphorePermit {
         self.inner.lease_watch()
     }
 
+    /// The name of the lock.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// Stops renewing and leaves the permits held in Redis until its lease runs out; returns
+    /// how long that is. As
+    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors; the hold is kept whatever Redis answered.
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        self.inner.keep_until_expiry()
+    }
+
     /// Gives the permits back now and says how it went.
     ///
     /// # Errors
@@ -543,3 +559,5 @@ impl fmt::Debug for SemaphorePermit {
             .finish_non_exhaustive()
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(SemaphorePermit);

@@ -303,7 +303,41 @@ impl RedlockGuard {
     /// As [`verify`](RedlockGuard::verify), and
     /// [`ErrorKind::InvalidArgument`] for a lease out of range.
     pub fn extend(&self, additional: Duration) -> Result<()> {
-        validate_lease(additional)?;
+        self.change_lease(additional, "add")
+    }
+
+    /// Sets the remaining lease to `remaining` (shorter or longer) on every instance that
+    /// holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](RedlockGuard::extend).
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.change_lease(remaining, "set")
+    }
+
+    /// Stops renewing and leaves the lock held on the instances until its lease runs out;
+    /// returns how long that is, as a majority sees it (as
+    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry)). An inner
+    /// re-entrant guard only counts down.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](RedlockGuard::verify); the lock is kept whatever the instances answered.
+    pub fn keep_until_expiry(self) -> Result<Duration> {
+        let remaining = self.verify();
+        let hold = Arc::clone(&self.hold);
+        std::mem::forget(self);
+        if leave(&hold) && !hold.released.swap(true, Ordering::AcqRel) {
+            hold.inner.renewal.unregister(&hold);
+            hold.state.mark_released();
+        }
+        remaining
+    }
+
+    /// Adds `by` to the remaining lease (`add`) or replaces it (`set`) on every instance.
+    fn change_lease(&self, by: Duration, how: &'static str) -> Result<()> {
+        validate_lease(by)?;
         let h = &self.hold;
         if let Some(reason) = h.state.lost_reason() {
             return Err(h.lost(reason));
@@ -311,7 +345,7 @@ impl RedlockGuard {
         let sent_at = Instant::now();
         match h
             .inner
-            .change_lease_round(&h.name, &h.keys, &h.token, additional, "add")?
+            .change_lease_round(&h.name, &h.keys, &h.token, by, how)?
         {
             Some(remaining) => {
                 let drift = Inner::drift(remaining);
@@ -443,3 +477,5 @@ mod tests {
         }
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(fenced RedlockGuard);

@@ -126,8 +126,26 @@ impl<T: Serialize> SharedGuard<T> {
         self.held().set_lease(remaining)
     }
 
-    /// The lease guard, which only `unlock`, `remove` (both consuming the guard) and `drop`
-    /// take away.
+    /// Writes the value (if it changed), then stops renewing and leaves the lock held in
+    /// Redis until its lease runs out; returns how long that is. As
+    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry), for a value
+    /// that marks work done (the next holder, after the lease, reads it).
+    ///
+    /// # Errors
+    ///
+    /// As [`commit`](SharedGuard::commit): when the value could not be written, the lock is
+    /// released (not kept) and the error returned. Otherwise connection and timeout errors of
+    /// the look at the lease left; the lock is kept whatever Redis answered.
+    pub fn keep_until_expiry(mut self) -> Result<Duration> {
+        self.commit()?;
+        match self.inner.take() {
+            Some(lease) => lease.keep_until_expiry(),
+            None => Ok(Duration::ZERO),
+        }
+    }
+
+    /// The lease guard, which only `unlock`, `remove`, `keep_until_expiry` (all consuming
+    /// the guard) and `drop` take away.
     fn held(&self) -> &LeaseGuard {
         match &self.inner {
             Some(lease) => lease,
@@ -280,5 +298,38 @@ impl<T: Serialize + fmt::Debug> fmt::Debug for SharedGuard<T> {
             .field("fencing_token", &self.fencing_token())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Serialize> crate::Lease for SharedGuard<T> {
+    fn name(&self) -> &str {
+        SharedGuard::name(self)
+    }
+    fn is_lost(&self) -> bool {
+        SharedGuard::is_lost(self)
+    }
+    fn lease_watch(&self) -> LeaseWatch {
+        SharedGuard::lease_watch(self)
+    }
+    fn verify(&self) -> Result<Duration> {
+        SharedGuard::verify(self)
+    }
+    fn extend(&self, additional: Duration) -> Result<()> {
+        SharedGuard::extend(self, additional)
+    }
+    fn set_lease(&self, remaining: Duration) -> Result<()> {
+        SharedGuard::set_lease(self, remaining)
+    }
+    fn keep_until_expiry(self) -> Result<Duration> {
+        SharedGuard::keep_until_expiry(self)
+    }
+    fn unlock(self) -> Result<()> {
+        SharedGuard::unlock(self)
+    }
+}
+
+impl<T: Serialize> crate::Fenced for SharedGuard<T> {
+    fn fencing_token(&self) -> u64 {
+        SharedGuard::fencing_token(self)
     }
 }

@@ -1,0 +1,156 @@
+//! What every guard can be asked, whatever its kind: the lease it holds ([`Lease`]) and, for
+//! the guards of exclusive holds, the fencing token ([`Fenced`]). Generic code (a supervisor
+//! that watches leases, a helper that extends long work) takes `impl Lease`.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::lease::LeaseWatch;
+
+/// A lock held on a lease: every guard of the crate implements it — [`MutexGuard`]
+/// (a `Mutex`'s and a `FairMutex`'s), [`RwLockReadGuard`], [`RwLockWriteGuard`],
+/// [`SemaphorePermit`], [`SharedGuard`], [`MultiLockGuard`] and [`RedlockGuard`].
+///
+/// The guards also have these methods as their own, so the trait is needed only in generic
+/// code. Each guard's own method says what differs for its kind.
+///
+/// [`MutexGuard`]: crate::MutexGuard
+/// [`RwLockReadGuard`]: crate::RwLockReadGuard
+/// [`RwLockWriteGuard`]: crate::RwLockWriteGuard
+/// [`SemaphorePermit`]: crate::SemaphorePermit
+/// [`SharedGuard`]: crate::SharedGuard
+/// [`MultiLockGuard`]: crate::MultiLockGuard
+/// [`RedlockGuard`]: crate::RedlockGuard
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redmutex::Lease;
+///
+/// /// Long work in steps, stopped as soon as the lease is lost, whatever the lock's kind.
+/// fn work_while_held(guard: impl Lease, steps: u32) -> redmutex::Result<()> {
+///     for _ in 0..steps {
+///         if guard.is_lost() {
+///             eprintln!("lost {}; stopping", guard.name());
+///             return guard.unlock(); // says LockLost
+///         }
+///         // ... one step ...
+///     }
+///     guard.unlock()
+/// }
+///
+/// fn main() -> redmutex::Result<()> {
+///     let client = redmutex::Client::open("redis://127.0.0.1/")?;
+///     work_while_held(client.mutex("report").lock()?, 10)?;
+///     work_while_held(client.semaphore("exports", 3).acquire()?, 10)?;
+///     work_while_held(client.rwlock("catalog").read()?, 10)
+/// }
+/// ```
+pub trait Lease {
+    /// The name of the lock (a multi-lock's: the first of its names).
+    fn name(&self) -> &str;
+
+    /// Whether the lease is known to be lost, without a round trip. Once lost, it stays
+    /// lost.
+    fn is_lost(&self) -> bool;
+
+    /// A handle that tells, from any thread, when the lease is lost.
+    fn lease_watch(&self) -> LeaseWatch;
+
+    /// Asks Redis whether the lock is still held, and returns the lease left.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not; connection and
+    /// timeout errors.
+    fn verify(&self) -> Result<Duration>;
+
+    /// Adds `additional` to the lease left.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](Lease::verify), and [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+    /// for a lease out of range.
+    fn extend(&self, additional: Duration) -> Result<()>;
+
+    /// Sets the lease left to `remaining` (shorter or longer).
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](Lease::extend).
+    fn set_lease(&self, remaining: Duration) -> Result<()>;
+
+    /// Stops renewing and leaves the lock held in Redis until its lease runs out (run-once
+    /// jobs); returns how long that is.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`](Lease::verify); the lock is kept whatever Redis answered.
+    fn keep_until_expiry(self) -> Result<Duration>
+    where
+        Self: Sized;
+
+    /// Releases the lock now and says how it went.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the lease was lost;
+    /// connection and timeout errors.
+    fn unlock(self) -> Result<()>
+    where
+        Self: Sized;
+}
+
+/// A lock held exclusively, with a fencing token: greater than that of every earlier
+/// exclusive holder of the same name. Readers of an `RwLock` and holders of a semaphore's
+/// permits share their lock, so their guards carry no token of their own: they do not
+/// implement it.
+pub trait Fenced: Lease {
+    /// The fencing token of this acquisition; see
+    /// [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token).
+    fn fencing_token(&self) -> u64;
+}
+
+/// Implements [`Lease`] (and [`Fenced`] with `fenced`) for guards by calling their own
+/// methods of the same names.
+macro_rules! lease_by_own_methods {
+    ($($guard:ty),+ $(,)?) => {$(
+        impl $crate::Lease for $guard {
+            fn name(&self) -> &str {
+                <$guard>::name(self)
+            }
+            fn is_lost(&self) -> bool {
+                <$guard>::is_lost(self)
+            }
+            fn lease_watch(&self) -> $crate::LeaseWatch {
+                <$guard>::lease_watch(self)
+            }
+            fn verify(&self) -> $crate::Result<std::time::Duration> {
+                <$guard>::verify(self)
+            }
+            fn extend(&self, additional: std::time::Duration) -> $crate::Result<()> {
+                <$guard>::extend(self, additional)
+            }
+            fn set_lease(&self, remaining: std::time::Duration) -> $crate::Result<()> {
+                <$guard>::set_lease(self, remaining)
+            }
+            fn keep_until_expiry(self) -> $crate::Result<std::time::Duration> {
+                <$guard>::keep_until_expiry(self)
+            }
+            fn unlock(self) -> $crate::Result<()> {
+                <$guard>::unlock(self)
+            }
+        }
+    )+};
+    (fenced $($guard:ty),+ $(,)?) => {
+        $crate::primitives::guard_traits::lease_by_own_methods!($($guard),+);
+        $(impl $crate::Fenced for $guard {
+            fn fencing_token(&self) -> u64 {
+                <$guard>::fencing_token(self)
+            }
+        })+
+    };
+}
+
+pub(crate) use lease_by_own_methods;
