@@ -161,3 +161,78 @@ fn failures_and_lost_leases_are_told() {
     // Renewal rounds were told, with the leases they renewed.
     assert!(events.lines().iter().any(|l| l.starts_with("renewed 1 ")));
 }
+
+/// A Redlock tells its handlers what a client tells of its locks, with kind `Redlock`, and
+/// counts it in `Redlock::stats`: an acquisition, a time-out of another Redlock's attempt,
+/// the release, and a lease that renewal found gone from a majority.
+#[test]
+fn a_redlock_emits_the_events_and_stats_of_a_client() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let recorder = Arc::new(Recorder::default());
+    let redlock = redmutex::Redlock::builder()
+        .default_lease(Duration::from_secs(3))
+        .renewal_interval(Duration::from_millis(200))
+        .event_handler(Arc::clone(&recorder))
+        .open(servers.iter().map(|s| s.url()))
+        .unwrap();
+    let other = redmutex::Redlock::open(servers.iter().map(|s| s.url())).unwrap();
+    let g = redlock.mutex("ledger").lock().unwrap();
+    assert!(redlock.mutex("ledger").try_lock().unwrap().is_some()); // re-entry
+    assert!(other.mutex("ledger").try_lock().unwrap().is_none());
+    let waited = redlock.mutex("ledger");
+    let waiter = std::thread::spawn(move || {
+        waited
+            .try_lock_for(Duration::from_millis(300))
+            .map(|g| g.is_none())
+    });
+    // Another thread of the same Redlock waits, and times out.
+    assert_eq!(waiter.join().unwrap().ok(), Some(true));
+    g.unlock().unwrap();
+    assert!(eventually(LIMIT, || recorder
+        .count("released Redlock ledger lost=false")
+        == 1));
+    assert_eq!(
+        recorder.count("acquired Redlock ledger"),
+        1,
+        "{:?}",
+        recorder.lines()
+    );
+    assert_eq!(
+        recorder.count("timed_out Redlock ledger"),
+        1,
+        "{:?}",
+        recorder.lines()
+    );
+    assert_eq!(
+        recorder.count("waiting Redlock ledger"),
+        2,
+        "{:?}",
+        recorder.lines()
+    );
+
+    // A lock taken from under its holder on a majority: renewal tells, once.
+    let g = redlock.mutex("taken").lock().unwrap();
+    for server in &servers[..2] {
+        let _: () = redis::cmd("DEL")
+            .arg("redmutex:{taken}")
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    assert!(g.lease_watch().wait_timeout(LIMIT));
+    assert_eq!(g.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(
+        recorder.count("lease_lost Redlock taken"),
+        1,
+        "{:?}",
+        recorder.lines()
+    );
+    assert_eq!(recorder.count("released Redlock taken lost=true"), 1);
+
+    let stats = redlock.stats();
+    assert_eq!(stats.acquisitions, 2, "{stats:?}");
+    assert_eq!(stats.reentries, 1, "{stats:?}");
+    assert_eq!(stats.releases, 1, "{stats:?}");
+    assert_eq!(stats.lost, 1, "{stats:?}");
+    assert_eq!((stats.contended, stats.gave_up), (1, 1), "{stats:?}");
+    assert!(stats.renewals >= 1, "{stats:?}");
+}

@@ -123,8 +123,9 @@ impl RedlockBuilder {
         self.with_client(|b| b.client_name(name))
     }
 
-    /// Adds an event handler; it gets the events of every instance's client (see
-    /// [`Builder::event_handler`]).
+    /// Adds an event handler (see [`Builder::event_handler`]): it hears the Redlock's
+    /// acquisitions, time-outs, failures, waits, releases and lost leases (kind `Redlock`),
+    /// and what the instances' clients do on their own (their clean-ups).
     pub fn event_handler(self, handler: impl EventHandler) -> Self {
         self.with_client(|b| b.event_handler(handler))
     }

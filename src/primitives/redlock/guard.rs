@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Inner;
+use super::{Inner, KIND};
 use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::events::Released;
 use crate::keys::LockKeys;
 use crate::lease::{LeaseState, LeaseWatch, LostReason, PoisonInfo};
+use crate::stats::Counters;
 
 /// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
 pub(crate) struct RedlockHold {
@@ -24,6 +26,8 @@ pub(crate) struct RedlockHold {
     pub(crate) fixed_lease: bool,
     pub(crate) state: Arc<LeaseState>,
     pub(crate) released: AtomicBool,
+    /// When it was taken, for the released event.
+    pub(crate) acquired_at: Instant,
 }
 
 /// One hold of the current thread, and how many of its guards live.
@@ -105,6 +109,26 @@ impl RedlockHold {
         if self.released.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        let result = self.release_round();
+        let counters = &self.inner.counters;
+        if result.is_ok() {
+            Counters::add(&counters.releases, 1);
+        }
+        let (name, held) = (&*self.name, self.acquired_at.elapsed());
+        let lost = result.as_ref().is_err_and(Error::is_lock_lost);
+        counters.events.emit(|h| {
+            h.released(&Released {
+                name,
+                kind: KIND,
+                held,
+                lost,
+            })
+        });
+        result
+    }
+
+    /// The release on every instance, and what it tells of the hold.
+    fn release_round(&self) -> Result<()> {
         self.inner.renewal.unregister(self);
         let lost = self.state.lost_reason();
         let doing = Doing::lock("releasing", &self.name);
@@ -124,9 +148,9 @@ impl RedlockHold {
             return Err(self.lost(reason));
         }
         match release_outcome(released, not_ours, n, self.inner.quorum) {
-            Released::Confirmed => Ok(()),
-            Released::Lost => Err(self.lost(LostReason::Taken)),
-            Released::Unknown => {
+            ReleaseOutcome::Confirmed => Ok(()),
+            ReleaseOutcome::Lost => Err(self.lost(LostReason::Taken)),
+            ReleaseOutcome::Unknown => {
                 let why = error.unwrap_or_else(|| Error::new(ErrorKind::Server, "no reply"));
                 let answered = released + not_ours;
                 Err(Error::new(
@@ -142,7 +166,12 @@ impl RedlockHold {
         }
     }
 
+    /// Marks the lease lost (told once: the event and `Stats::lost`) and makes the error
+    /// that says so.
     fn lost(&self, reason: LostReason) -> Error {
+        if self.state.mark_lost_at_release(reason.clone()) {
+            self.inner.counters.lease_lost(&self.name, KIND);
+        }
         Error::new(
             ErrorKind::LockLost,
             format!("Redlock {:?} was lost: {}", self.name, reason.describe()),
@@ -152,7 +181,7 @@ impl RedlockHold {
 
 /// What a release round tells of a hold that was not known to be lost before it.
 #[derive(Debug, PartialEq, Eq)]
-enum Released {
+enum ReleaseOutcome {
     /// A majority of the instances answered: the lock is no longer this holder's on a
     /// majority, and the hold, valid until the release, was not lost.
     Confirmed,
@@ -168,16 +197,16 @@ enum Released {
 /// was taken) says "not ours" too, so those answers confirm the release without counting as
 /// a loss while the instances that did not answer could still make up the majority that held
 /// it (an instance killed during the release round, say).
-fn release_outcome(released: usize, not_ours: usize, n: usize, quorum: usize) -> Released {
+fn release_outcome(released: usize, not_ours: usize, n: usize, quorum: usize) -> ReleaseOutcome {
     let silent = n - released - not_ours;
     if released >= quorum {
-        Released::Confirmed
+        ReleaseOutcome::Confirmed
     } else if released + silent < quorum {
-        Released::Lost
+        ReleaseOutcome::Lost
     } else if released + not_ours >= quorum {
-        Released::Confirmed
+        ReleaseOutcome::Confirmed
     } else {
-        Released::Unknown
+        ReleaseOutcome::Unknown
     }
 }
 
@@ -289,10 +318,7 @@ impl RedlockGuard {
         let h = &self.hold;
         match h.inner.check_round(&h.name, &h.keys, &h.token)? {
             Some(remaining) => Ok(remaining),
-            None => {
-                h.state.mark_lost(LostReason::Taken);
-                Err(h.lost(LostReason::Taken))
-            }
+            None => Err(h.lost(LostReason::Taken)),
         }
     }
 
@@ -353,10 +379,7 @@ impl RedlockGuard {
                     .expires_at_set(sent_at + remaining.saturating_sub(drift));
                 Ok(())
             }
-            None => {
-                h.state.mark_lost(LostReason::Taken);
-                Err(h.lost(LostReason::Taken))
-            }
+            None => Err(h.lost(LostReason::Taken)),
         }
     }
 
@@ -448,25 +471,25 @@ impl fmt::Debug for RedlockGuard {
 
 #[cfg(test)]
 mod tests {
-    use super::{release_outcome, Released};
+    use super::{release_outcome, ReleaseOutcome};
 
     #[test]
     fn a_release_is_judged_by_the_instances_that_answered() {
         // (released, not ours, of 5 with a quorum of 3)
         let cases = [
-            ((5, 0), Released::Confirmed),
-            ((3, 0), Released::Confirmed),
+            ((5, 0), ReleaseOutcome::Confirmed),
+            ((3, 0), ReleaseOutcome::Confirmed),
             // Held on three, one of them killed during the release; two never granted it.
-            ((2, 2), Released::Confirmed),
-            ((1, 2), Released::Confirmed),
+            ((2, 2), ReleaseOutcome::Confirmed),
+            ((1, 2), ReleaseOutcome::Confirmed),
             // No majority could have held it.
-            ((2, 3), Released::Lost),
-            ((0, 5), Released::Lost),
-            ((1, 3), Released::Lost),
+            ((2, 3), ReleaseOutcome::Lost),
+            ((0, 5), ReleaseOutcome::Lost),
+            ((1, 3), ReleaseOutcome::Lost),
             // Three instances silent: too few answered to tell.
-            ((2, 0), Released::Unknown),
-            ((0, 0), Released::Unknown),
-            ((0, 2), Released::Unknown),
+            ((2, 0), ReleaseOutcome::Unknown),
+            ((0, 0), ReleaseOutcome::Unknown),
+            ((0, 2), ReleaseOutcome::Unknown),
         ];
         for ((released, not_ours), outcome) in cases {
             assert_eq!(

@@ -22,6 +22,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::Handle;
+use crate::stats::{Background, Counters, Stats};
 use crate::IntoAddress;
 
 pub use builder::RedlockBuilder;
@@ -35,6 +36,9 @@ use renewal::Renewal;
 
 /// The longest default per-instance timeout.
 const MAX_DEFAULT_INSTANCE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// The kind its events name.
+pub(crate) const KIND: &str = "Redlock";
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -107,6 +111,8 @@ pub(crate) struct Inner {
     renewal_interval: Duration,
     backoff: (Duration, Duration),
     renewal: Renewal,
+    /// What the Redlock's calls counted, and the handlers its builder was given.
+    counters: Arc<Counters>,
 }
 
 impl Redlock {
@@ -169,6 +175,7 @@ impl Redlock {
                 renewal_interval,
                 backoff,
                 renewal: Renewal::default(),
+                counters: Arc::new(Counters::new(config.events.clone())),
             }),
         })
     }
@@ -213,6 +220,7 @@ impl Redlock {
             renewal_interval: self.inner.renewal_interval,
             backoff: self.inner.backoff,
             renewal: Renewal::default(),
+            counters: Arc::clone(&self.inner.counters),
         };
         Ok(Redlock {
             inner: Arc::new(inner),
@@ -233,6 +241,31 @@ impl Redlock {
     /// sent until it is used.
     pub fn mutex(&self, name: impl AsRef<str>) -> RedlockMutex {
         RedlockMutex::new(Arc::clone(&self.inner), name.as_ref())
+    }
+
+    /// Counters of what this Redlock (and its clones) did so far, as
+    /// [`Client::stats`](crate::Client::stats) counts a client's: acquisitions, waits,
+    /// releases, lost leases, and the majority renewal's rounds. The instances' own clients
+    /// count only their clean-ups and wake-ups.
+    pub fn stats(&self) -> Stats {
+        let inner = &self.inner;
+        let (renewals, renewal_round_trips, renewal_time) = inner.renewal.counters();
+        let (mut notifications, mut subscriber_reconnects, mut pending_cleanups) = (0, 0, 0);
+        for instance in &inner.instances {
+            let stats = instance.ctx.stats();
+            notifications += stats.notifications;
+            subscriber_reconnects += stats.subscriber_reconnects;
+            pending_cleanups += stats.pending_cleanups;
+        }
+        inner.counters.snapshot(Background {
+            renewals,
+            renewal_round_trips,
+            renewal_time,
+            renewed_leases: inner.renewal.registered() as u64,
+            pending_cleanups,
+            notifications,
+            subscriber_reconnects,
+        })
     }
 }
 

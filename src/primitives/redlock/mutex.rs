@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::guard::{self, RedlockGuard, RedlockHold};
 use super::quorum::Round;
-use super::Inner;
+use super::{Inner, KIND};
 use crate::config::validate_lease;
 use crate::error::{Error, ErrorKind, Result};
+use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
 use crate::lease::LeaseState;
+use crate::stats::Counters;
 use crate::waiting::{Backoff, Signal, Subscription};
 
 /// A lock name held on a majority of a [`Redlock`](crate::Redlock)'s instances: the methods of
@@ -163,19 +165,65 @@ impl RedlockMutex {
         Ok(lease)
     }
 
+    /// An acquire, counted and told to the event handlers as a client's are.
     fn acquire(&self, deadline: Option<Instant>, may_wait: bool) -> Result<Option<RedlockGuard>> {
+        let counters = &self.inner.counters;
         if let Some(hold) = guard::reenter(self.inner.id, &self.name) {
+            Counters::add(&counters.reentries, 1);
             return Ok(Some(RedlockGuard::new(hold, true)));
         }
+        let started = Instant::now();
+        let result = self.acquire_new(deadline, may_wait);
+        if matches!(result, Ok(Some(_))) {
+            Counters::add(&counters.acquisitions, 1);
+        }
+        let (name, waited) = (&*self.name, started.elapsed());
+        counters.events.emit(|h| match &result {
+            Ok(Some(_)) => h.acquired(&Acquired {
+                name,
+                kind: KIND,
+                waited,
+            }),
+            Ok(None) => h.timed_out(&TimedOut {
+                name,
+                kind: KIND,
+                waited,
+            }),
+            Err(e) => h.failed(&Failed {
+                name,
+                kind: KIND,
+                error: e.kind(),
+            }),
+        });
+        result
+    }
+
+    fn acquire_new(
+        &self,
+        deadline: Option<Instant>,
+        may_wait: bool,
+    ) -> Result<Option<RedlockGuard>> {
         let keys = self.keys()?;
         let lease = self.lease()?;
         if let Some(guard) = self.attempt(keys, lease)? {
             return Ok(Some(guard));
         }
+        let counters = &self.inner.counters;
         if !may_wait || deadline.is_some_and(|d| Instant::now() >= d) {
+            counters.gave_up_at_once();
             return Ok(None);
         }
-        self.wait(keys, lease, deadline)
+        let wait = counters.contended_wait();
+        let name = &*self.name;
+        let waiting = |started| Waiting {
+            name,
+            kind: KIND,
+            started,
+        };
+        counters.events.emit(|h| h.waiting(&waiting(true)));
+        let result = self.wait(keys, lease, deadline);
+        counters.events.emit(|h| h.waiting(&waiting(false)));
+        wait.finish(result)
     }
 
     /// One round with a new token; the guard when won.
@@ -189,6 +237,7 @@ impl RedlockMutex {
         keys: &Arc<Vec<LockKeys>>,
         lease: Duration,
     ) -> Result<(Option<RedlockGuard>, Option<Duration>)> {
+        Counters::add(&self.inner.counters.attempts, 1);
         let token: Arc<str> = Arc::from(self.inner.instances[0].ctx.tokens.next());
         match self.inner.acquire_round(&self.name, keys, &token, lease)? {
             Round::Acquired {
@@ -205,6 +254,7 @@ impl RedlockMutex {
                     fixed_lease: self.fixed_lease.is_some(),
                     state: LeaseState::new(valid_until),
                     released: AtomicBool::new(false),
+                    acquired_at: Instant::now(),
                 });
                 if self.fixed_lease.is_none() && !self.inner.renewal.register(&hold) {
                     // No renewal: give it back rather than hold a lease nobody renews.

@@ -2,13 +2,14 @@
 //! that renews every hold on every instance (one pipelined round trip per instance per
 //! period) and keeps a hold valid only while a majority renewed it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::guard::RedlockHold;
-use super::Inner;
+use super::{Inner, KIND};
 use crate::connection::{Routed, ScriptCall};
 use crate::error::Doing;
 use crate::lease::LostReason;
@@ -28,6 +29,10 @@ struct Registry {
 #[derive(Default)]
 pub(crate) struct Renewal {
     registry: Arc<Mutex<Registry>>,
+    /// Renewal rounds, their round trips (one per instance), and their time in nanoseconds.
+    rounds: AtomicU64,
+    round_trips: AtomicU64,
+    nanos: AtomicU64,
 }
 
 impl Renewal {
@@ -57,6 +62,20 @@ impl Renewal {
         }
     }
 
+    /// Rounds so far, their round trips, and the time they took.
+    pub(crate) fn counters(&self) -> (u64, u64, Duration) {
+        (
+            self.rounds.load(Ordering::Relaxed),
+            self.round_trips.load(Ordering::Relaxed),
+            Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+        )
+    }
+
+    /// How many holds are renewed now.
+    pub(crate) fn registered(&self) -> usize {
+        self.registry.lock().holds.len()
+    }
+
     /// Stops renewing `hold`.
     pub(crate) fn unregister(&self, hold: &RedlockHold) {
         self.registry
@@ -77,7 +96,14 @@ fn run(registry: &Mutex<Registry>, inner: &Arc<Inner>) {
             }
             r.holds.clone()
         };
+        let started = Instant::now();
         renew(inner, &holds);
+        let r = &inner.renewal;
+        r.rounds.fetch_add(1, Ordering::Relaxed);
+        r.round_trips
+            .fetch_add(inner.instances.len() as u64, Ordering::Relaxed);
+        let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        r.nanos.fetch_add(took, Ordering::Relaxed);
     }
 }
 
@@ -117,12 +143,26 @@ fn renew(inner: &Inner, holds: &[Arc<RedlockHold>]) {
             times.sort_unstable_by(|a, b| b.cmp(a));
             let lease = hold.lease.saturating_sub(Inner::drift(hold.lease));
             hold.state.renewed(times[inner.quorum - 1], lease);
-        } else if not_held > n - inner.quorum && hold.state.mark_lost(LostReason::Taken) {
-            log::warn!(
-                "redmutex: Redlock {:?} was lost: renewal found it held on {} of {n} instances",
-                hold.name,
-                times.len()
-            );
+        } else if not_held > n - inner.quorum {
+            if hold.state.mark_lost(LostReason::Taken) {
+                inner.counters.lease_lost(&hold.name, KIND);
+                log::warn!(
+                    "redmutex: Redlock {:?} was lost: renewal found it held on {} of {n} \
+                     instances",
+                    hold.name,
+                    times.len()
+                );
+            }
+            continue;
+        }
+        // Ran out on this machine's clock (no majority renewed it in time, or their replies
+        // came after its end): told once.
+        if hold.state.is_lost()
+            && hold.state.mark_lost(LostReason::Expired(
+                "no majority renewed it before the lease ran out".to_owned(),
+            ))
+        {
+            inner.counters.lease_lost(&hold.name, KIND);
         }
     }
 }
