@@ -48,7 +48,7 @@ use crate::lease::LeaseWatch;
 /// }
 /// ```
 pub trait Lease {
-    /// The name of the lock (a multi-lock's: the first of its names).
+    /// The name of the lock (a multi-lock's: that of the first lock it took).
     fn name(&self) -> &str;
 
     /// Whether the lease is known to be lost, without a round trip. Once lost, it stays
