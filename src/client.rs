@@ -274,7 +274,7 @@ impl Client {
     }
 
     /// Everything Redis says about the lock `name` now, of whatever kind: its holder or
-    /// holders with their clients' announcements ([`Builder::client_name`], host, process),
+    /// holders with their clients' announcements ([`Builder::client_name`](crate::Builder::client_name), host, process),
     /// how long their leases have left, the fencing counter, the queue and the waiting
     /// clients. Takes nothing; a few round trips.
     ///
