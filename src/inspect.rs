@@ -12,34 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::connection::Connections;
 use crate::error::{Doing, Result};
 use crate::identity::{self, FIELDS};
-use crate::keys::{self, LockKeys};
-
-/// The suffixes of a lock's keys after `P:{N}`, longest first (the empty one, the lock key
-/// itself, last).
-const LOCK_SUFFIXES: [&str; 10] = [
-    ":writer-waiting",
-    ":timeouts",
-    ":readers",
-    ":waiting",
-    ":poison",
-    ":queue",
-    ":value",
-    ":fence",
-    ":wants",
-    "",
-];
-
-/// The suffixes of a semaphore's keys after `P:semaphore:{N}`.
-const SEMAPHORE_SUFFIXES: [&str; 8] = [
-    ":timeouts",
-    ":holders",
-    ":permits",
-    ":waiting",
-    ":queue",
-    ":wants",
-    ":held",
-    "",
-];
+use crate::keys::{self, suffix, LockKeys};
 
 /// Where a hold came from: the client that announced itself, when it still does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,8 +98,8 @@ pub(crate) fn lock_names(
     let mut names: BTreeMap<String, bool> = BTreeMap::new();
     let doing = Doing::work("listing locks");
     for (space, suffixes) in [
-        (prefix.to_owned(), &LOCK_SUFFIXES[..]),
-        (format!("{prefix}:semaphore"), &SEMAPHORE_SUFFIXES[..]),
+        (prefix.to_owned(), &suffix::OF_LOCKS[..]),
+        (keys::semaphore_space(prefix), &suffix::OF_SEMAPHORES[..]),
     ] {
         let matching = format!("{space}:{{{pattern}}}*");
         for shard in 0..connections.shards() {
@@ -211,93 +184,23 @@ struct Raw {
 pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> Result<LockInfo> {
     keys::validate_name(name)?;
     let lock = LockKeys::new(prefix, name)?;
-    let sem = LockKeys::new(&format!("{prefix}:semaphore"), name)?;
+    let sem = LockKeys::new(&keys::semaphore_space(prefix), name)?;
     let doing = Doing::lock("inspecting", name);
-    let channel_count = |c: &mut crate::connection::Conn,
-                         channel: &str|
-     -> redis::RedisResult<u64> {
-        // Sharded subscriptions on Redis 7 and later, classic ones before.
-        let sharded: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(channel)
-            .query(c);
-        let classic: (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(c)?;
-        Ok(sharded.map_or(0, |(_, n)| n) + classic.1)
-    };
-    let raw = connections.call(&lock.lock, doing, |c| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME")
-            .cmd("GET")
-            .arg(&lock.lock)
-            .cmd("PTTL")
-            .arg(&lock.lock)
-            .cmd("GET")
-            .arg(&lock.fence)
-            .add_command(whole_list(&lock.queue))
-            .add_command(scored(&lock.timeouts))
-            .add_command(scored(format!("{}:readers", lock.lock)))
-            .cmd("GET")
-            .arg(format!("{}:writer-waiting", lock.lock))
-            .cmd("STRLEN")
-            .arg(format!("{}:value", lock.lock))
-            .cmd("EXISTS")
-            .arg(&lock.poison);
-        type Reply = (
-            (u64, u64),
-            Option<String>,
-            i64,
-            Option<u64>,
-            Vec<String>,
-            Vec<(String, f64)>,
-            Vec<(String, f64)>,
-            Option<String>,
-            u64,
-            bool,
-        );
-        let r: Reply = pipe.query(c)?;
-        let waiting_clients = channel_count(c, &lock.channel)?;
-        Ok((r, waiting_clients))
-    })?;
+    let (lock_space, waiting_clients) = read_lock_space(connections, &lock, doing)?;
+    let (sem_space, sem_waiting) = read_semaphore_space(connections, &sem, doing)?;
     let (
-        (
-            (secs, micros),
-            holder,
-            holder_ttl,
-            fence,
-            queue,
-            timeouts,
-            readers,
-            writer,
-            value,
-            poison,
-        ),
-        waiting_clients,
-    ) = raw;
-    let sem_raw = connections.call(&sem.lock, doing, |c| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(format!("{}:permits", sem.lock))
-            .add_command(scored(format!("{}:holders", sem.lock)))
-            .cmd("HGETALL")
-            .arg(format!("{}:held", sem.lock))
-            .add_command(whole_list(&sem.queue))
-            .add_command(scored(&sem.timeouts))
-            .cmd("HGETALL")
-            .arg(format!("{}:wants", sem.lock));
-        type Reply = (
-            Option<u64>,
-            Vec<(String, f64)>,
-            BTreeMap<String, u64>,
-            Vec<String>,
-            Vec<(String, f64)>,
-            BTreeMap<String, u64>,
-        );
-        let r: Reply = pipe.query(c)?;
-        let waiting = channel_count(c, &sem.channel)?;
-        Ok((r, waiting))
-    })?;
-    let ((permits, sem_holders, sem_held, sem_queue, sem_timeouts, sem_wants), sem_waiting) =
-        sem_raw;
+        (secs, micros),
+        holder,
+        holder_ttl,
+        fence,
+        queue,
+        timeouts,
+        readers,
+        writer,
+        value,
+        poison,
+    ) = lock_space;
+    let (permits, sem_holders, sem_held, sem_queue, sem_timeouts, sem_wants) = sem_space;
     let raw = Raw {
         now_ms: secs * 1000 + micros / 1000,
         holder,
@@ -319,6 +222,95 @@ pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> 
     };
     let clients = read_clients(connections, prefix, &raw)?;
     Ok(assemble(name, raw, &clients))
+}
+
+/// What one round trip reads of the keys under `P:{N}`: the server's time, the holder and
+/// its lease, the fencing counter, the fair queue and its timeouts, the readers, the waiting
+/// writer, the value's size and the poison record.
+type LockSpace = (
+    (u64, u64),
+    Option<String>,
+    i64,
+    Option<u64>,
+    Vec<String>,
+    Vec<(String, f64)>,
+    Vec<(String, f64)>,
+    Option<String>,
+    u64,
+    bool,
+);
+
+/// What one round trip reads of a semaphore's keys: permits, holders, permits held, the fair
+/// queue, its timeouts, and its waiters' wants.
+type SemaphoreSpace = (
+    Option<u64>,
+    Vec<(String, f64)>,
+    BTreeMap<String, u64>,
+    Vec<String>,
+    Vec<(String, f64)>,
+    BTreeMap<String, u64>,
+);
+
+/// The keys under `P:{N}`, and how many clients listen on its channel.
+fn read_lock_space(
+    connections: &Connections,
+    lock: &LockKeys,
+    doing: Doing<'_>,
+) -> Result<(LockSpace, u64)> {
+    connections.call(&lock.lock, doing, |c| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME")
+            .cmd("GET")
+            .arg(&lock.lock)
+            .cmd("PTTL")
+            .arg(&lock.lock)
+            .cmd("GET")
+            .arg(&lock.fence)
+            .add_command(whole_list(&lock.queue))
+            .add_command(scored(&lock.timeouts))
+            .add_command(scored(lock.beside(suffix::READERS)))
+            .cmd("GET")
+            .arg(lock.beside(suffix::WRITER_WAITING))
+            .cmd("STRLEN")
+            .arg(lock.beside(suffix::VALUE))
+            .cmd("EXISTS")
+            .arg(&lock.poison);
+        let space: LockSpace = pipe.query(c)?;
+        Ok((space, listeners(c, &lock.channel)?))
+    })
+}
+
+/// The keys under `P:semaphore:{N}`, and how many clients listen on its channel.
+fn read_semaphore_space(
+    connections: &Connections,
+    sem: &LockKeys,
+    doing: Doing<'_>,
+) -> Result<(SemaphoreSpace, u64)> {
+    connections.call(&sem.lock, doing, |c| {
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(sem.beside(suffix::PERMITS))
+            .add_command(scored(sem.beside(suffix::HOLDERS)))
+            .cmd("HGETALL")
+            .arg(sem.beside(suffix::HELD))
+            .add_command(whole_list(&sem.queue))
+            .add_command(scored(&sem.timeouts))
+            .cmd("HGETALL")
+            .arg(sem.beside(suffix::WANTS));
+        let space: SemaphoreSpace = pipe.query(c)?;
+        Ok((space, listeners(c, &sem.channel)?))
+    })
+}
+
+/// How many clients listen on `channel`: sharded subscriptions on Redis 7 and later, classic
+/// ones before.
+fn listeners(c: &mut crate::connection::Conn, channel: &str) -> redis::RedisResult<u64> {
+    let sharded: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query(c);
+    let classic: (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(c)?;
+    Ok(sharded.map_or(0, |(_, n)| n) + classic.1)
 }
 
 /// Every token the raw reading names.
@@ -479,7 +471,7 @@ mod tests {
 
     #[test]
     fn keys_are_split_into_name_and_suffix() {
-        let s = &LOCK_SUFFIXES[..];
+        let s = &suffix::OF_LOCKS[..];
         assert_eq!(
             split_key("redmutex:{orders:42}", "redmutex", s),
             Some(("orders:42".to_owned(), ""))

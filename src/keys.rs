@@ -13,6 +13,58 @@ pub const MAX_NAME_LEN: usize = 1024;
 /// The longest key prefix accepted, in bytes.
 pub(crate) const MAX_PREFIX_LEN: usize = 256;
 
+/// The suffix after `P:{N}` of every key a kind keeps beside its lock key, in one place: a
+/// kind makes its keys from these, and `inspect` lists and reads them, so a key added here
+/// shows up in `redmutex show` and `lock_names` without another list to keep.
+pub(crate) mod suffix {
+    /// The fencing counter (every kind).
+    pub(crate) const FENCE: &str = ":fence";
+    /// The waiting clients of a `Mutex` (a flag for the other kinds).
+    pub(crate) const WAITING: &str = ":waiting";
+    /// A poison record.
+    pub(crate) const POISON: &str = ":poison";
+    /// A fair kind's queue of waiters, and when each counts as dead.
+    pub(crate) const QUEUE: &str = ":queue";
+    pub(crate) const TIMEOUTS: &str = ":timeouts";
+    /// An `RwLock`'s readers, and the writer whose turn is next.
+    pub(crate) const READERS: &str = ":readers";
+    pub(crate) const WRITER_WAITING: &str = ":writer-waiting";
+    /// A `Shared<T>`'s value.
+    pub(crate) const VALUE: &str = ":value";
+    /// A semaphore's permits, holders, permits held per holder, and a fair one's waiters'
+    /// wants (under the semaphore's own space, `P:semaphore:{N}`).
+    pub(crate) const PERMITS: &str = ":permits";
+    pub(crate) const HOLDERS: &str = ":holders";
+    pub(crate) const HELD: &str = ":held";
+    pub(crate) const WANTS: &str = ":wants";
+
+    /// Every key under `P:{N}`: the suffixes, and the lock key itself (`""`) last.
+    pub(crate) const OF_LOCKS: [&str; 10] = [
+        WRITER_WAITING,
+        TIMEOUTS,
+        READERS,
+        WAITING,
+        POISON,
+        QUEUE,
+        VALUE,
+        FENCE,
+        WANTS,
+        "",
+    ];
+
+    /// Every key under `P:semaphore:{N}`.
+    pub(crate) const OF_SEMAPHORES: [&str; 8] =
+        [TIMEOUTS, HOLDERS, PERMITS, WAITING, QUEUE, WANTS, HELD, ""];
+}
+
+/// Where a semaphore's keys live under prefix `P`: `P:semaphore:{N}…`, apart from the locks'.
+pub(crate) const SEMAPHORE_NAMESPACE: &str = "semaphore";
+
+/// The space of a semaphore's keys under prefix `P`: `P:semaphore`.
+pub(crate) fn semaphore_space(prefix: &str) -> String {
+    format!("{prefix}:{SEMAPHORE_NAMESPACE}")
+}
+
 /// The keys and channel of one lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
@@ -37,6 +89,14 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
+    /// The key of a kind's own beside the lock key: `P:{N}<suffix>` (see [`suffix`]).
+    pub(crate) fn beside(&self, suffix: &str) -> String {
+        let mut key = String::with_capacity(self.lock.len() + suffix.len());
+        key.push_str(&self.lock);
+        key.push_str(suffix);
+        key
+    }
+
     /// The channel on which the fair lock's releases wake this client's waiters.
     pub(crate) fn waiter_channel(&self, client_id: &str) -> Arc<str> {
         Arc::from(format!("{}{client_id}", self.waiter_channel_prefix))
@@ -60,12 +120,12 @@ impl LockKeys {
             key
         };
         Ok(LockKeys {
-            fence: with(":fence"),
-            waiting: with(":waiting"),
+            fence: with(suffix::FENCE),
+            waiting: with(suffix::WAITING),
             channel: Arc::from(with(":ch")),
-            poison: with(":poison"),
-            queue: with(":queue"),
-            timeouts: with(":timeouts"),
+            poison: with(suffix::POISON),
+            queue: with(suffix::QUEUE),
+            timeouts: with(suffix::TIMEOUTS),
             waiter_channel_prefix: with(":ch:"),
             lock,
         })

@@ -15,7 +15,7 @@ use redis::Script;
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
+use crate::keys::{suffix, LockKeys};
 use crate::lease::scripts::{
     compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
 };
@@ -81,11 +81,11 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
 
 /// The readers' key and the waiting writer's key of a lock.
 fn readers(keys: &LockKeys) -> String {
-    format!("{}:readers", keys.lock)
+    keys.beside(suffix::READERS)
 }
 
 fn writer_waiting(keys: &LockKeys) -> String {
-    format!("{}:writer-waiting", keys.lock)
+    keys.beside(suffix::WRITER_WAITING)
 }
 
 /// Readers' holds.

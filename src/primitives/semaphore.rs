@@ -14,14 +14,13 @@ use redis::Script;
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::keys::LockKeys;
+use crate::keys::{self, suffix, LockKeys, SEMAPHORE_NAMESPACE};
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE};
 use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
 
 /// What sets a semaphore's keys apart from a lock's of the same name: `P:semaphore:{N}…`.
-const NAMESPACE: &str = "semaphore";
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -92,20 +91,20 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
 }
 
 fn permits_key(keys: &LockKeys) -> String {
-    format!("{}:permits", keys.lock)
+    keys.beside(suffix::PERMITS)
 }
 
 fn holders(keys: &LockKeys) -> String {
-    format!("{}:holders", keys.lock)
+    keys.beside(suffix::HOLDERS)
 }
 
 fn held(keys: &LockKeys) -> String {
-    format!("{}:held", keys.lock)
+    keys.beside(suffix::HELD)
 }
 
 /// A fair semaphore's waiters: how many permits each asks for.
 fn wants(keys: &LockKeys) -> String {
-    format!("{}:wants", keys.lock)
+    keys.beside(suffix::WANTS)
 }
 
 /// `call` with a fair semaphore's queue keys added: the queue, the waiters' timeouts and the
@@ -168,7 +167,7 @@ impl Protocol for SemaphoreProtocol {
     }
 
     fn namespace(&self) -> Option<&'static str> {
-        Some(NAMESPACE)
+        Some(SEMAPHORE_NAMESPACE)
     }
 
     fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
@@ -255,7 +254,7 @@ pub struct Semaphore {
 impl Semaphore {
     /// A handle to the semaphore `name`; `fair` grants its permits in the order asked for.
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str, permits: u32, fair: bool) -> Self {
-        let prefix = format!("{}:{NAMESPACE}", ctx.config.key_prefix);
+        let prefix = keys::semaphore_space(&ctx.config.key_prefix);
         let protocol: &'static dyn Protocol = match fair {
             true => &fair::PROTOCOL,
             false => &PROTOCOL,

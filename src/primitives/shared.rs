@@ -20,7 +20,7 @@ pub use guard::SharedGuard;
 
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::LockKeys;
+use crate::keys::{suffix, LockKeys};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
 use crate::primitives::mutex::{self, taking_locks, with_waiters};
 
@@ -52,10 +52,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
 
 /// `P:{N}:value`: where the value of lock `N` is kept, beside the lock, in its slot.
 fn value_key(keys: &LockKeys) -> String {
-    let mut key = String::with_capacity(keys.lock.len() + 6);
-    key.push_str(&keys.lock);
-    key.push_str(":value");
-    key
+    keys.beside(suffix::VALUE)
 }
 
 /// The call that writes `bytes` while the lock holds `token`, keeping it.

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::{held, holders, permits_key, with_queue_keys, FAIR_QUEUE, NAMESPACE, PERMITS};
+use super::{held, holders, permits_key, with_queue_keys, FAIR_QUEUE, PERMITS};
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
+use crate::keys::SEMAPHORE_NAMESPACE as NAMESPACE;
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
 use crate::lease::{AcquireCall, Protocol, WaitStyle};
 
