@@ -200,9 +200,9 @@ pub use lease::{LeaseWatch, PoisonInfo};
 #[cfg(feature = "serde")]
 pub use primitives::{Codec, Shared, SharedGuard, MAX_VALUE_LEN};
 pub use primitives::{
-    FairMutex, Fenced, Lease, MultiLock, MultiLockGuard, Mutex, MutexGuard, Redlock,
-    RedlockBuilder, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard, RwLockWriteGuard,
-    Semaphore, SemaphorePermit, MAX_PERMITS,
+    Fair, FairMutex, Fenced, Lease, Lock, LockKind, MultiLock, MultiLockGuard, Mutex, MutexGuard,
+    Plain, Redlock, RedlockBuilder, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard,
+    RwLockWriteGuard, Semaphore, SemaphorePermit, MAX_PERMITS,
 };
 pub use stats::Stats;
 

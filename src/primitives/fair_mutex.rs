@@ -2,25 +2,23 @@
 //! protocol: a queue of waiters in Redis, kept in the server's clock, and releases that wake
 //! the next waiter only.
 
-use std::fmt;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Script;
 
 use crate::connection::millis;
 use crate::connection::ScriptCall;
-use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lease::scripts::{with_fence, ANNOUNCE, HOLDER, QUEUE_HEARTBEAT};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle, HAND_OFF_CLAIM};
-use crate::primitives::MutexGuard;
+use crate::primitives::lock::{Fair, Lock};
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
 ///
 /// Get one with [`Client::fair_mutex`](crate::Client::fair_mutex). It has the API of
 /// [`Mutex`](crate::Mutex) — blocking and timed acquires, guards that release on drop,
-/// re-entry on the same thread, renewal, fencing tokens — and the same [`MutexGuard`].
+/// re-entry on the same thread, renewal, fencing tokens — and the same [`MutexGuard`](crate::MutexGuard).
 ///
 /// # Fairness
 ///
@@ -69,116 +67,11 @@ use crate::primitives::MutexGuard;
 /// } // timed out: left the queue at once
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct FairMutex {
-    raw: RawLock,
-}
+pub type FairMutex = Lock<Fair>;
 
-impl FairMutex {
+impl Lock<Fair> {
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
-        FairMutex {
-            raw: RawLock::new(ctx, &PROTOCOL, name),
-        }
-    }
-
-    /// This handle, taking the lock for a fixed `lease` with no renewal; see
-    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
-    pub fn with_lease(self, lease: Duration) -> Self {
-        FairMutex {
-            raw: self.raw.with_lease(lease),
-        }
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        self.raw.name()
-    }
-
-    /// The fixed lease of this handle, or `None` when the renewal thread keeps it alive.
-    pub fn fixed_lease(&self) -> Option<Duration> {
-        self.raw.fixed_lease()
-    }
-
-    /// Blocks until it is this thread's turn and returns the guard; re-enters at once when
-    /// the thread holds the lock already.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock).
-    pub fn lock(&self) -> Result<MutexGuard> {
-        self.raw
-            .acquire(None)?
-            .map(MutexGuard::new)
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
-    }
-
-    /// Takes the lock if it is free and nobody waits for it; never queues.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock); "held or others waiting" is `Ok(None)`.
-    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(Instant::now()))?.map(MutexGuard::new))
-    }
-
-    /// Queues for the lock for up to `timeout`. `Ok(None)` when it was not acquired in time;
-    /// the waiter has then left the queue.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        // A timeout too large for the clock waits without a deadline.
-        let deadline = Instant::now().checked_add(timeout);
-        Ok(self.raw.acquire(deadline)?.map(MutexGuard::new))
-    }
-
-    /// Queues for the lock until `deadline`. `Ok(None)` when it was not acquired in time; the
-    /// waiter has then left the queue.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(deadline))?.map(MutexGuard::new))
-    }
-
-    /// Whether anyone holds the lock now. One round trip.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::is_locked`](crate::Mutex::is_locked).
-    pub fn is_locked(&self) -> Result<bool> {
-        self.raw.is_locked()
-    }
-
-    /// Whether the calling thread holds the lock through this client. No round trip.
-    pub fn is_held_by_current_thread(&self) -> bool {
-        self.raw.hold_count() > 0
-    }
-
-    /// How many guards of this lock the calling thread holds now. No round trip.
-    pub fn hold_count(&self) -> usize {
-        self.raw.hold_count()
-    }
-
-    /// Deletes the lock whoever holds it and hands it to the next waiter; see
-    /// [`Mutex::force_unlock`](crate::Mutex::force_unlock) (and its warning).
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::force_unlock`](crate::Mutex::force_unlock).
-    pub fn force_unlock(&self) -> Result<bool> {
-        self.raw.force_unlock()
-    }
-}
-
-impl fmt::Debug for FairMutex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(self.raw.kind())
-            .field("name", &self.raw.name())
-            .field("fixed_lease", &self.raw.fixed_lease())
-            .finish_non_exhaustive()
+        Lock::of(RawLock::new(ctx, &PROTOCOL, name))
     }
 }
 

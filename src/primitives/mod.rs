@@ -3,6 +3,7 @@
 
 mod fair_mutex;
 mod guard_traits;
+mod lock;
 mod multi_lock;
 mod mutex;
 mod mutex_guard;
@@ -14,6 +15,7 @@ mod shared;
 
 pub use fair_mutex::FairMutex;
 pub use guard_traits::{Fenced, Lease};
+pub use lock::{Fair, Lock, LockKind, Plain};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use mutex::Mutex;
 pub use mutex_guard::MutexGuard;

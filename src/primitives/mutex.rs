@@ -1,25 +1,23 @@
 //! `Mutex`: the handle to one named lock, and its protocol: a key that holds the holder's
 //! token, and releases announced on the lock's channel to whoever waits.
 
-use std::fmt;
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Script;
 
 use crate::connection::millis;
 use crate::connection::ScriptCall;
-use crate::error::{Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
 use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
-use crate::primitives::MutexGuard;
+use crate::primitives::lock::{Lock, Plain};
 
 /// A lock that excludes every thread of every process using the same Redis and name.
 ///
 /// Get one with [`Client::mutex`](crate::Client::mutex). The handle is cheap, `Clone`,
 /// `Send` and `Sync`; it holds nothing in Redis by itself. Locking returns a
-/// [`MutexGuard`], which releases the lock when dropped.
+/// [`MutexGuard`](crate::MutexGuard), which releases the lock when dropped.
 ///
 /// # Leases
 ///
@@ -29,7 +27,7 @@ use crate::primitives::MutexGuard;
 /// renews it while the guard lives: hold it as long as you need. A handle made with
 /// [`with_lease`](Mutex::with_lease) takes the lock for a fixed lease instead, without
 /// renewal: after that the lock is free for others whether or not the guard still exists,
-/// and [`MutexGuard::is_lost`] says so.
+/// and [`MutexGuard::is_lost`](crate::MutexGuard::is_lost) says so.
 ///
 /// # Re-entry
 ///
@@ -66,8 +64,8 @@ use crate::primitives::MutexGuard;
 ///
 /// When a thread panics while holding the lock, its guard releases the lock at once (waiters
 /// need not wait out the lease) and leaves a record of who panicked and when, which the next
-/// holder, in any process, reads with [`MutexGuard::poison`] and clears with
-/// [`MutexGuard::clear_poison`]. Unlike `std::sync::Mutex`, `lock()` does not fail on a
+/// holder, in any process, reads with [`MutexGuard::poison`](crate::MutexGuard::poison) and clears with
+/// [`MutexGuard::clear_poison`](crate::MutexGuard::clear_poison). Unlike `std::sync::Mutex`, `lock()` does not fail on a
 /// poisoned lock: code that does not care keeps working with `lock()?`.
 ///
 /// # Differences from `std::sync::Mutex`
@@ -77,7 +75,7 @@ use crate::primitives::MutexGuard;
 /// - Every operation can fail (Redis down, slow, a key of the wrong type): they return
 ///   [`Result`](crate::Result).
 /// - The lock can be lost while held (the lease ran out, someone force-unlocked it). Check
-///   [`MutexGuard::is_lost`] in long work, and pass [`MutexGuard::fencing_token`] to the
+///   [`MutexGuard::is_lost`](crate::MutexGuard::is_lost) in long work, and pass [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token) to the
 ///   resource so that it can refuse a stale holder.
 /// - Locking again on the same thread does not deadlock; it re-enters.
 ///
@@ -101,47 +99,11 @@ use crate::primitives::MutexGuard;
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct Mutex {
-    raw: RawLock,
-}
+pub type Mutex = Lock<Plain>;
 
-impl Mutex {
+impl Lock<Plain> {
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
-        Mutex {
-            raw: RawLock::new(ctx, &PROTOCOL, name),
-        }
-    }
-
-    /// The lock under this handle, for primitives made of `Mutex`es.
-    pub(crate) fn raw(&self) -> &RawLock {
-        &self.raw
-    }
-
-    /// This handle, taking the lock for a fixed `lease` with no renewal.
-    ///
-    /// Use it for work with a known bound, where a holder that hangs must not keep the lock
-    /// alive. A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported
-    /// by the first operation as an [`ErrorKind::InvalidArgument`].
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let report = client.mutex("report").with_lease(Duration::from_secs(5));
-    /// if let Some(guard) = report.try_lock()? {
-    ///     // ... at most 5 s of work; extend if it needs more ...
-    ///     guard.extend(Duration::from_secs(5))?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn with_lease(self, lease: Duration) -> Self {
-        Mutex {
-            raw: self.raw.with_lease(lease),
-        }
+        Lock::of(RawLock::new(ctx, &PROTOCOL, name))
     }
 
     /// This handle, keeping the lock at its name itself — the key `orders:42` rather than
@@ -171,129 +133,7 @@ impl Mutex {
     /// # Ok(()) }
     /// ```
     pub fn with_bare_key(self) -> Self {
-        Mutex {
-            raw: self.raw.with_bare_key(),
-        }
-    }
-
-    /// The lock's name, as given to [`Client::mutex`](crate::Client::mutex).
-    pub fn name(&self) -> &str {
-        self.raw.name()
-    }
-
-    /// The fixed lease of this handle, or `None` when the renewal thread keeps it alive.
-    pub fn fixed_lease(&self) -> Option<Duration> {
-        self.raw.fixed_lease()
-    }
-
-    /// Blocks until the calling thread holds the lock, and returns its guard.
-    ///
-    /// If the calling thread holds it already, it re-enters at once (no round trip).
-    ///
-    /// # Errors
-    ///
-    /// - [`ErrorKind::InvalidArgument`]: the name or the lease is invalid.
-    /// - [`ErrorKind::Connection`] / [`ErrorKind::Timeout`]: Redis could not be reached or did
-    ///   not answer in time. Each call has those deadlines; `lock` does not retry them.
-    /// - [`ErrorKind::WrongType`]: the lock's key holds something that is not a lock.
-    /// - [`ErrorKind::LockLost`]: re-entry into a hold whose lease was lost.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let job = client.mutex("nightly-job");
-    /// let outer = job.lock()?;
-    /// let inner = job.lock()?; // re-entry: no round trip
-    /// assert_eq!(job.hold_count(), 2);
-    /// drop(inner);
-    /// drop(outer); // released in Redis here
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> Result<MutexGuard> {
-        self.raw
-            .acquire(None)?
-            .map(MutexGuard::new)
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
-    }
-
-    /// One attempt: the guard if the lock was free (or already held by this thread), `None`
-    /// if someone else holds it.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Mutex::lock); "held by someone else" is `Ok(None)`, not an error.
-    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(Instant::now()))?.map(MutexGuard::new))
-    }
-
-    /// Waits up to `timeout` for the lock. `Ok(None)` when it was not acquired in time.
-    ///
-    /// At least one attempt is made, even with a zero timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Mutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        // A timeout too large for the clock waits without a deadline.
-        let deadline = Instant::now().checked_add(timeout);
-        Ok(self.raw.acquire(deadline)?.map(MutexGuard::new))
-    }
-
-    /// Waits until `deadline` for the lock. `Ok(None)` when it was not acquired in time.
-    ///
-    /// A deadline in the past makes exactly one attempt.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Mutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(deadline))?.map(MutexGuard::new))
-    }
-
-    /// Whether anyone (any thread, any process) holds the lock now. One round trip.
-    ///
-    /// # Errors
-    ///
-    /// Connection, timeout and invalid-name errors, as for [`lock`](Mutex::lock).
-    pub fn is_locked(&self) -> Result<bool> {
-        self.raw.is_locked()
-    }
-
-    /// Whether the calling thread holds the lock through this client. Local, no round trip.
-    pub fn is_held_by_current_thread(&self) -> bool {
-        self.hold_count() > 0
-    }
-
-    /// How many guards of this lock the calling thread holds now. Local, no round trip.
-    pub fn hold_count(&self) -> usize {
-        self.raw.hold_count()
-    }
-
-    /// Deletes the lock whoever holds it, and wakes its waiters. Returns whether a lock was
-    /// there.
-    ///
-    /// **Dangerous**: the holder keeps running its critical section while someone else takes
-    /// the lock. Use it only for administration, such as clearing a lock left by a holder
-    /// known to be dead. The holder's guard finds out at its next renewal or release
-    /// ([`ErrorKind::LockLost`]).
-    ///
-    /// # Errors
-    ///
-    /// Connection and timeout errors; [`ErrorKind::WrongType`] when the key is not a lock
-    /// (it is left alone).
-    pub fn force_unlock(&self) -> Result<bool> {
-        self.raw.force_unlock()
-    }
-}
-
-impl fmt::Debug for Mutex {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(self.raw.kind())
-            .field("name", &self.raw.name())
-            .field("fixed_lease", &self.raw.fixed_lease())
-            .finish_non_exhaustive()
+        Lock::of(self.into_raw().with_bare_key())
     }
 }
 

@@ -20,8 +20,6 @@ use crate::lease::{
     AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
 };
 
-/// What sets a semaphore's keys apart from a lock's of the same name: `P:semaphore:{N}…`.
-
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
 
