@@ -154,3 +154,103 @@ macro_rules! lease_by_own_methods {
 }
 
 pub(crate) use lease_by_own_methods;
+
+/// Writes the lease methods of a guard over a `LeaseGuard` (its field `inner`) once: `$what`
+/// names what the guard holds in the docs ("this read hold"), `$take` is the expression that
+/// takes one in the examples, from a `client`.
+macro_rules! lease_guard_methods {
+    ($guard:ty, $what:literal, $take:literal) => {
+        impl $guard {
+            #[doc = concat!("The name of the lock ", $what, " is of.")]
+            pub fn name(&self) -> &str {
+                self.inner.name()
+            }
+
+            #[doc = concat!("Whether the lease of ", $what, " is known to be lost, without a ")]
+            /// round trip. Once lost, it stays lost.
+            pub fn is_lost(&self) -> bool {
+                self.inner.is_lost()
+            }
+
+            #[doc = concat!("A handle that tells, from any thread, when the lease of ", $what)]
+            /// is lost; see [`LeaseWatch`](crate::LeaseWatch).
+            pub fn lease_watch(&self) -> $crate::LeaseWatch {
+                self.inner.lease_watch()
+            }
+
+            #[doc = concat!("Asks Redis whether ", $what, " is still this holder's; returns")]
+            /// the remaining lease. One round trip.
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard
+            /// then reports [`is_lost`](Self::is_lost) too); connection and timeout errors.
+            pub fn verify(&self) -> $crate::Result<std::time::Duration> {
+                self.inner.verify()
+            }
+
+            #[doc = concat!("Adds `additional` to the remaining lease of ", $what, ", if it")]
+            /// is still held, as [`MutexGuard::extend`](crate::MutexGuard::extend). One round
+            /// trip.
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a
+            /// duration under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
+            /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is gone (it is
+            /// never re-created); connection and timeout errors.
+            ///
+            /// # Examples
+            ///
+            /// ```no_run
+            /// # fn main() -> redmutex::Result<()> {
+            /// use std::time::Duration;
+            ///
+            /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+            #[doc = concat!("let held = ", $take, ";")]
+            /// // ... the work takes longer than planned ...
+            /// held.extend(Duration::from_secs(60))?;
+            /// # Ok(()) }
+            /// ```
+            pub fn extend(&self, additional: std::time::Duration) -> $crate::Result<()> {
+                self.inner.extend(additional)
+            }
+
+            #[doc = concat!("Replaces the remaining lease of ", $what, " with `remaining`,")]
+            /// if it is still held, as [`MutexGuard::set_lease`](crate::MutexGuard::set_lease).
+            /// One round trip.
+            ///
+            /// # Errors
+            ///
+            /// As for [`extend`](Self::extend).
+            pub fn set_lease(&self, remaining: std::time::Duration) -> $crate::Result<()> {
+                self.inner.set_lease(remaining)
+            }
+
+            #[doc = concat!("Stops renewing and leaves ", $what, " held in Redis until its")]
+            /// lease runs out; returns how long that is. As
+            /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
+            ///
+            /// # Errors
+            ///
+            /// Connection and timeout errors; the hold is kept whatever Redis answered.
+            pub fn keep_until_expiry(self) -> $crate::Result<std::time::Duration> {
+                self.inner.keep_until_expiry()
+            }
+
+            #[doc = concat!("Releases ", $what, " now and says how it went.")]
+            ///
+            /// # Errors
+            ///
+            /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when its lease had run out;
+            /// connection and timeout errors.
+            pub fn unlock(self) -> $crate::Result<()> {
+                self.inner.unlock()
+            }
+        }
+
+        $crate::primitives::guard_traits::lease_by_own_methods!($guard);
+    };
+}
+
+pub(crate) use lease_guard_methods;

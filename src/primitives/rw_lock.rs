@@ -19,9 +19,7 @@ use crate::keys::{suffix, LockKeys};
 use crate::lease::scripts::{
     compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
 };
-use crate::lease::{
-    AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
-};
+use crate::lease::{AcquireCall, LeaseGuard, LockContext, Protocol, RawLock, WaitStyle};
 
 /// The helpers the read-write lock's scripts share: see `rw_lock/rw.lua`.
 const RW: &str = include_str!("rw_lock/rw.lua");
@@ -433,88 +431,11 @@ pub struct RwLockReadGuard {
     inner: LeaseGuard,
 }
 
-impl RwLockReadGuard {
-    /// Asks Redis whether this read hold is still ours; returns the remaining lease. One round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard then
-    /// reports [`is_lost`](Self::is_lost) too); connection and timeout errors.
-    pub fn verify(&self) -> Result<Duration> {
-        self.inner.verify()
-    }
-
-    /// Adds `additional` to the remaining lease of this read hold, if it is still held, as
-    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a duration under
-    /// 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
-    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is gone (it is never
-    /// re-created); connection and timeout errors.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let r = client.rwlock("index").with_lease(Duration::from_secs(30)).read()?;
-    /// // ... the scan takes longer than planned ...
-    /// r.extend(Duration::from_secs(30))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn extend(&self, additional: Duration) -> Result<()> {
-        self.inner.extend(additional)
-    }
-
-    /// Replaces the remaining lease of this read hold with `remaining`, if it is still held, as
-    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// As for [`extend`](Self::extend).
-    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
-        self.inner.set_lease(remaining)
-    }
-
-    /// Whether this reader's lease is known to be lost, without a round trip.
-    pub fn is_lost(&self) -> bool {
-        self.inner.is_lost()
-    }
-
-    /// A handle that tells, from any thread, when the lease is lost.
-    pub fn lease_watch(&self) -> LeaseWatch {
-        self.inner.lease_watch()
-    }
-
-    /// The name of the lock.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// Stops renewing and leaves this read hold held in Redis until its lease runs out; returns
-    /// how long that is. As
-    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
-    ///
-    /// # Errors
-    ///
-    /// Connection and timeout errors; the hold is kept whatever Redis answered.
-    pub fn keep_until_expiry(self) -> Result<Duration> {
-        self.inner.keep_until_expiry()
-    }
-
-    /// Releases the read hold now and says how it went.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`] when the hold had expired; connection and timeout errors.
-    pub fn unlock(self) -> Result<()> {
-        self.inner.unlock()
-    }
-}
+crate::primitives::guard_traits::lease_guard_methods!(
+    RwLockReadGuard,
+    "this read hold",
+    "client.rwlock(\"index\").read()?"
+);
 
 impl fmt::Debug for RwLockReadGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -537,84 +458,17 @@ impl RwLockWriteGuard {
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token()
     }
+}
 
-    /// Whether the lease is known to be lost, without a round trip.
-    pub fn is_lost(&self) -> bool {
-        self.inner.is_lost()
-    }
+crate::primitives::guard_traits::lease_guard_methods!(
+    RwLockWriteGuard,
+    "the write hold",
+    "client.rwlock(\"index\").write()?"
+);
 
-    /// A handle that tells, from any thread, when the lease is lost.
-    pub fn lease_watch(&self) -> LeaseWatch {
-        self.inner.lease_watch()
-    }
-
-    /// Asks Redis whether the write hold is still ours; returns the remaining lease.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`] when it is not; connection and timeout errors.
-    pub fn verify(&self) -> Result<Duration> {
-        self.inner.verify()
-    }
-
-    /// Adds `additional` to the write hold's remaining lease, if it is still held, as
-    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`] for a duration under 1 ms or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE); [`ErrorKind::LockLost`] when the hold is gone (it is
-    /// never re-created); connection and timeout errors.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let w = client.rwlock("index").with_lease(Duration::from_secs(30)).write()?;
-    /// // ... the rebuild takes longer than planned ...
-    /// w.extend(Duration::from_secs(30))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn extend(&self, additional: Duration) -> Result<()> {
-        self.inner.extend(additional)
-    }
-
-    /// Replaces the write hold's remaining lease with `remaining`, if it is still held, as
-    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// As for [`extend`](Self::extend).
-    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
-        self.inner.set_lease(remaining)
-    }
-
-    /// The name of the lock.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// Stops renewing and leaves the write lock held in Redis until its lease runs out; returns
-    /// how long that is. As
-    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
-    ///
-    /// # Errors
-    ///
-    /// Connection and timeout errors; the hold is kept whatever Redis answered.
-    pub fn keep_until_expiry(self) -> Result<Duration> {
-        self.inner.keep_until_expiry()
-    }
-
-    /// Releases the write hold now and says how it went.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`] when it was lost; connection and timeout errors.
-    pub fn unlock(self) -> Result<()> {
-        self.inner.unlock()
+impl crate::Fenced for RwLockWriteGuard {
+    fn fencing_token(&self) -> u64 {
+        RwLockWriteGuard::fencing_token(self)
     }
 }
 
@@ -627,6 +481,3 @@ impl fmt::Debug for RwLockWriteGuard {
             .finish_non_exhaustive()
     }
 }
-
-crate::primitives::guard_traits::lease_by_own_methods!(RwLockReadGuard);
-crate::primitives::guard_traits::lease_by_own_methods!(fenced RwLockWriteGuard);

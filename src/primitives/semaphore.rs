@@ -16,9 +16,7 @@ use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::{self, suffix, LockKeys, SEMAPHORE_NAMESPACE};
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE};
-use crate::lease::{
-    AcquireCall, LeaseGuard, LeaseWatch, LockContext, Protocol, RawLock, WaitStyle,
-};
+use crate::lease::{AcquireCall, LeaseGuard, LockContext, Protocol, RawLock, WaitStyle};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -460,92 +458,17 @@ pub struct SemaphorePermit {
 }
 
 impl SemaphorePermit {
-    /// Asks Redis whether these permits is still ours; returns the remaining lease. One round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is not (the guard then
-    /// reports [`is_lost`](Self::is_lost) too); connection and timeout errors.
-    pub fn verify(&self) -> Result<Duration> {
-        self.inner.verify()
-    }
-
-    /// Adds `additional` to the remaining lease of these permits, if it is still held, as
-    /// [`MutexGuard::extend`](crate::MutexGuard::extend). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument) for a duration under
-    /// 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE);
-    /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when it is gone (it is never
-    /// re-created); connection and timeout errors.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let permit = client.semaphore("exports", 3).acquire()?;
-    /// // Outlive a stall of the renewal thread during the export:
-    /// permit.extend(Duration::from_secs(60))?;
-    /// # Ok(()) }
-    /// ```
-    pub fn extend(&self, additional: Duration) -> Result<()> {
-        self.inner.extend(additional)
-    }
-
-    /// Replaces the remaining lease of these permits with `remaining`, if it is still held, as
-    /// [`MutexGuard::set_lease`](crate::MutexGuard::set_lease). One round trip.
-    ///
-    /// # Errors
-    ///
-    /// As for [`extend`](Self::extend).
-    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
-        self.inner.set_lease(remaining)
-    }
-
     /// How many permits this guard holds.
     pub fn permits(&self) -> u32 {
         self.permits
     }
-
-    /// Whether the lease on these permits is known to be lost, without a round trip.
-    pub fn is_lost(&self) -> bool {
-        self.inner.is_lost()
-    }
-
-    /// A handle that tells, from any thread, when the lease is lost.
-    pub fn lease_watch(&self) -> LeaseWatch {
-        self.inner.lease_watch()
-    }
-
-    /// The name of the lock.
-    pub fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    /// Stops renewing and leaves the permits held in Redis until its lease runs out; returns
-    /// how long that is. As
-    /// [`MutexGuard::keep_until_expiry`](crate::MutexGuard::keep_until_expiry).
-    ///
-    /// # Errors
-    ///
-    /// Connection and timeout errors; the hold is kept whatever Redis answered.
-    pub fn keep_until_expiry(self) -> Result<Duration> {
-        self.inner.keep_until_expiry()
-    }
-
-    /// Gives the permits back now and says how it went.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::LockLost`] when the lease had run out; connection and timeout errors.
-    pub fn unlock(self) -> Result<()> {
-        self.inner.unlock()
-    }
 }
+
+crate::primitives::guard_traits::lease_guard_methods!(
+    SemaphorePermit,
+    "these permits",
+    "client.semaphore(\"exports\", 3).acquire()?"
+);
 
 impl fmt::Debug for SemaphorePermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -556,5 +479,3 @@ impl fmt::Debug for SemaphorePermit {
             .finish_non_exhaustive()
     }
 }
-
-crate::primitives::guard_traits::lease_by_own_methods!(SemaphorePermit);
