@@ -8,29 +8,15 @@
 
 mod support;
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind, Redlock};
-use support::{within, RedisServer};
+use support::{silent_server, within, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 /// One timeout and a margin for a loaded machine; a second timeout would pass it.
 const ONE_TIMEOUT: Duration = Duration::from_millis(3500);
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// A server that accepts connections and never answers; kept open while it lives.
-fn silent_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-        }
-    });
-    port
-}
 
 /// A call on a client, by name.
 type Call = Box<dyn FnOnce(Client) -> redmutex::Result<()> + Send>;

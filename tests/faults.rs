@@ -86,14 +86,7 @@ fn a_client_that_never_reached_its_server_fails_a_blocking_lock_at_once() {
 
 #[test]
 fn a_client_that_never_reached_a_silent_server_fails_within_the_connect_timeout() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut open = Vec::new();
-        for stream in listener.incoming() {
-            open.push(stream);
-        }
-    });
+    let port = support::silent_server();
     let client = Client::builder()
         .connect_timeout(Duration::from_secs(1))
         .open(format!("redis://127.0.0.1:{port}/"))

@@ -25,7 +25,7 @@ pub(crate) struct Handshake {
 }
 
 /// Why a connection could not be made.
-pub(crate) enum Failed {
+pub(crate) enum ConnectFailure {
     /// The connect itself: refused, not accepted in time, a TLS failure.
     Connect(redis::RedisError),
     /// The handshake: a refusal (a wrong password, a database out of range), or no answer
@@ -84,7 +84,7 @@ impl Handshake {
     }
 
     /// Connects and shakes hands by `deadline`.
-    pub(crate) fn connect(&self, deadline: Instant) -> Result<redis::Connection, Failed> {
+    pub(crate) fn connect(&self, deadline: Instant) -> Result<redis::Connection, ConnectFailure> {
         let left = || {
             deadline
                 .saturating_duration_since(Instant::now())
@@ -93,7 +93,7 @@ impl Handshake {
         let mut conn = self
             .client
             .get_connection_with_timeout(left())
-            .map_err(|e| self.failed(e, Failed::Connect))?;
+            .map_err(|e| self.failed(e, ConnectFailure::Connect))?;
         let Some((packed, count)) = &self.commands else {
             return Ok(conn);
         };
@@ -112,17 +112,21 @@ impl Handshake {
             }
             refused.map_or(Ok(()), Err)
         };
-        shake(&mut conn).map_err(|e| self.failed(e, Failed::Handshake))?;
+        shake(&mut conn).map_err(|e| self.failed(e, ConnectFailure::Handshake))?;
         Ok(conn)
     }
 
     /// How a connect or handshake failed: over TLS, a time-out or a broken exchange with a
-    /// server that did not refuse the connection says more as [`Failed::Tls`].
-    fn failed(&self, err: redis::RedisError, or: fn(redis::RedisError) -> Failed) -> Failed {
+    /// server that did not refuse the connection says more as [`ConnectFailure::Tls`].
+    fn failed(
+        &self,
+        err: redis::RedisError,
+        or: fn(redis::RedisError) -> ConnectFailure,
+    ) -> ConnectFailure {
         let unanswered = err.is_timeout()
             || matches!(err.kind(), redis::ErrorKind::Io | redis::ErrorKind::Parse);
         match self.tls && unanswered && !err.is_connection_refusal() {
-            true => Failed::Tls(err),
+            true => ConnectFailure::Tls(err),
             false => or(err),
         }
     }

@@ -2,7 +2,7 @@
 //!
 //! r2d2 makes a pool's members on its helper thread while the caller waits, and retries there
 //! when that fails: a server that refuses connections would cost the caller the whole
-//! checkout timeout. So what r2d2 pools here is a [`Slot`], which the manager makes at once
+//! checkout timeout. So what r2d2 pools here is a [`ConnSlot`], which the manager makes at once
 //! without any I/O; the caller that checks out a slot without a live connection connects in
 //! its own thread, within the connect timeout, and so hears "connection refused" at once.
 //!
@@ -27,7 +27,7 @@ use parking_lot::Mutex;
 use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
 
 use super::conn::is_transport_error;
-use super::handshake::{Failed, Handshake};
+use super::handshake::{ConnectFailure, Handshake};
 use super::{Conn, OnReply, ServerFeatures};
 use crate::error::{Doing, Error, ErrorKind, Result, Server};
 
@@ -63,7 +63,7 @@ fn helper_thread() -> Arc<ScheduledThreadPool> {
 }
 
 /// What r2d2 pools: room for one connection, made by the caller that needs it.
-pub(crate) struct Slot {
+pub(crate) struct ConnSlot {
     conn: Option<Conn>,
     /// The number of the connection it holds, in the order the pool made them.
     number: u64,
@@ -77,11 +77,11 @@ pub(crate) struct Slot {
 struct SlotManager;
 
 impl r2d2::ManageConnection for SlotManager {
-    type Connection = Slot;
+    type Connection = ConnSlot;
     type Error = std::convert::Infallible;
 
-    fn connect(&self) -> std::result::Result<Slot, Self::Error> {
-        Ok(Slot {
+    fn connect(&self) -> std::result::Result<ConnSlot, Self::Error> {
+        Ok(ConnSlot {
             conn: None,
             number: 0,
             read_timeout: Duration::ZERO,
@@ -89,17 +89,17 @@ impl r2d2::ManageConnection for SlotManager {
         })
     }
 
-    fn is_valid(&self, _: &mut Slot) -> std::result::Result<(), Self::Error> {
+    fn is_valid(&self, _: &mut ConnSlot) -> std::result::Result<(), Self::Error> {
         Ok(())
     }
 
-    fn has_broken(&self, _: &mut Slot) -> bool {
+    fn has_broken(&self, _: &mut ConnSlot) -> bool {
         false
     }
 }
 
 /// What a pool's checkouts share.
-struct Shared {
+struct PoolState {
     /// Makes the connections, within the connect timeout in all.
     handshake: Handshake,
     server: Server,
@@ -118,7 +118,7 @@ struct Shared {
 #[derive(Clone)]
 pub(crate) struct Pool {
     slots: r2d2::Pool<SlotManager>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
 }
 
 /// A connection checked out of the [`Pool`]; its slot goes back when dropped, emptied if the
@@ -126,7 +126,7 @@ pub(crate) struct Pool {
 /// a failover) while connections of the old one are still in use.
 pub(crate) struct Checkout {
     slot: r2d2::PooledConnection<SlotManager>,
-    shared: Arc<Shared>,
+    shared: Arc<PoolState>,
     broken: bool,
 }
 
@@ -144,7 +144,7 @@ impl Pool {
             .build_unchecked(SlotManager);
         Pool {
             slots,
-            shared: Arc::new(Shared {
+            shared: Arc::new(PoolState {
                 handshake: Handshake::of(&redis),
                 server,
                 size,
@@ -241,14 +241,14 @@ impl Pool {
     }
 }
 
-impl Shared {
+impl PoolState {
     /// Makes the connection of `slot`, within `deadline`.
-    fn connect(&self, slot: &mut Slot, deadline: Instant, doing: Doing<'_>) -> Result<()> {
+    fn connect(&self, slot: &mut ConnSlot, deadline: Instant, doing: Doing<'_>) -> Result<()> {
         let made = self.handshake.connect(deadline).and_then(|conn| {
             let timeouts = conn
                 .set_read_timeout(Some(self.server.response_timeout))
                 .and_then(|()| conn.set_write_timeout(Some(self.server.response_timeout)));
-            timeouts.map(|()| conn).map_err(Failed::Connect)
+            timeouts.map(|()| conn).map_err(ConnectFailure::Connect)
         });
         match made {
             Ok(conn) => {
@@ -259,9 +259,11 @@ impl Shared {
             }
             Err(failed) => {
                 let err = match failed {
-                    Failed::Connect(err) => Error::from_connect(&self.server, doing, err),
-                    Failed::Handshake(err) => Error::from_handshake(&self.server, doing, err),
-                    Failed::Tls(err) => Error::from_tls_handshake(&self.server, doing, err),
+                    ConnectFailure::Connect(err) => Error::from_connect(&self.server, doing, err),
+                    ConnectFailure::Handshake(err) => {
+                        Error::from_handshake(&self.server, doing, err)
+                    }
+                    ConnectFailure::Tls(err) => Error::from_tls_handshake(&self.server, doing, err),
                 };
                 log::debug!("redmutex: connecting to redis failed: {err}");
                 Err(err)

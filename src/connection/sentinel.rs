@@ -36,7 +36,7 @@ struct Master {
     subscriber: redis::Client,
 }
 
-struct Inner {
+struct SentinelState {
     settings: SentinelSettings,
     master: RwLock<Option<Arc<Master>>>,
     /// One discovery at a time.
@@ -53,7 +53,7 @@ struct Inner {
 
 /// A Sentinel deployment: one shard, the current master.
 pub(crate) struct Sentinel {
-    inner: Arc<Inner>,
+    inner: Arc<SentinelState>,
 }
 
 /// The name the `+switch-master` listener carries.
@@ -62,7 +62,7 @@ const WATCHER_THREAD: &str = "redmutex-sentinel";
 impl Sentinel {
     pub(crate) fn new(settings: SentinelSettings) -> Self {
         Sentinel {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SentinelState {
                 settings,
                 master: RwLock::new(None),
                 discovering: Mutex::new(()),
@@ -103,7 +103,7 @@ impl Sentinel {
     }
 }
 
-impl Inner {
+impl SentinelState {
     fn server(&self) -> Server {
         Server {
             address: Arc::from(format!("sentinel master {:?}", self.settings.master_name)),
@@ -395,7 +395,7 @@ const REPLICA_EVENTS: [&str; 3] = ["+sdown", "-sdown", "+slave"];
 
 /// Listens on every sentinel for a new master of our name, and drops the master in use when
 /// one is announced. Ends when the deployment is gone or shut down.
-fn listen_for_switches(inner: &Weak<Inner>) {
+fn listen_for_switches(inner: &Weak<SentinelState>) {
     let mut conns: Vec<Option<redis::Connection>> = Vec::new();
     let mut next_connect = std::time::Instant::now();
     loop {
@@ -470,7 +470,7 @@ fn subscribe_to_events(
     Ok(conn)
 }
 
-impl Inner {
+impl SentinelState {
     /// Whether a replica event (`slave <name> <ip> <port> @ <master name> …`) is about a
     /// replica of our master.
     fn is_our_replica(&self, payload: &str) -> bool {

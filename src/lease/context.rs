@@ -15,7 +15,7 @@ use crate::lease::renewal::Renewal;
 use crate::lease::replication::{self, LeaseWrite};
 use crate::stats::{Background, Counters, Stats};
 use crate::token::TokenSource;
-use crate::waiting::{Gates, Subscriber, Waiting};
+use crate::waiting::{Gates, Subscriber, WaitContext};
 
 /// The shared state of one client; the `Client` handle is an `Arc` of it.
 pub(crate) struct LockContext {
@@ -165,8 +165,8 @@ impl LockContext {
     }
 
     /// What the waiting loops use.
-    pub(crate) fn waiting(&self) -> Waiting<'_> {
-        Waiting {
+    pub(crate) fn waiting(&self) -> WaitContext<'_> {
+        WaitContext {
             config: &self.config,
             counters: &self.counters,
             subscriber: &self.subscriber,

@@ -130,7 +130,7 @@ struct Worker {
 }
 
 /// What the client's side and the thread share.
-struct Shared {
+struct RenewalState {
     registry: Registry,
     /// Leases to renew before the next tick (locks handed over with a short claim).
     due: Mutex<Due>,
@@ -158,7 +158,7 @@ struct Due {
 
 /// The client's side of the renewal thread.
 pub(crate) struct Renewal {
-    shared: Arc<Shared>,
+    shared: Arc<RenewalState>,
     next_id: AtomicU64,
     worker: Mutex<Option<Worker>>,
     /// Set by `shutdown`: the thread is not started again.
@@ -175,7 +175,7 @@ impl Renewal {
         identity: Identity,
     ) -> Self {
         Renewal {
-            shared: Arc::new(Shared {
+            shared: Arc::new(RenewalState {
                 registry: Registry::new(),
                 due: Mutex::default(),
                 cleanups: Cleanups::default(),
@@ -321,7 +321,7 @@ impl Renewal {
 }
 
 struct RenewalThread {
-    shared: Arc<Shared>,
+    shared: Arc<RenewalState>,
     wake: Receiver<()>,
 }
 

@@ -199,7 +199,7 @@ const YIELD_FOR: Duration = Duration::from_secs(1);
 
 /// What this client did last with a lock whose holds it may pass on.
 #[derive(Clone, Copy)]
-enum Held {
+enum LastHold {
     /// A thread of it holds the lock; `placed`: the client may have a place among the lock's
     /// waiting clients in Redis (a thread of it attempted after a wait, or entered the gate,
     /// since the run of holds began).
@@ -247,7 +247,7 @@ pub(crate) struct Gates {
 #[derive(Default)]
 struct Shard {
     gates: FastHashMap<Arc<str>, Arc<Gate>>,
-    held: FastHashMap<Arc<str>, Held>,
+    held: FastHashMap<Arc<str>, LastHold>,
 }
 
 /// How many shards a client's gates are kept in.
@@ -298,7 +298,7 @@ impl GatePass<'_> {
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
     pub(crate) fn sibling_holds(&self) -> bool {
         let shard = self.gates.shard(&self.key).lock();
-        matches!(shard.held.get(&self.key), Some(Held::Now { .. }))
+        matches!(shard.held.get(&self.key), Some(LastHold::Now { .. }))
     }
 
     /// The lock passed to this leader, if one was.
@@ -335,8 +335,8 @@ impl Gates {
     /// within the client keeps what the run knew.
     pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
         let held = &mut self.shard(key).lock().held;
-        let placed = placed || matches!(held.get(&**key), Some(Held::Now { placed: true }));
-        held.insert(Arc::clone(key), Held::Now { placed });
+        let placed = placed || matches!(held.get(&**key), Some(LastHold::Now { placed: true }));
+        held.insert(Arc::clone(key), LastHold::Now { placed });
     }
 
     /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns what
@@ -352,9 +352,9 @@ impl Gates {
             .get(key)
             .is_some_and(|g| g.state.lock().inside > 0);
         let held = &mut shard.held;
-        let placed = !matches!(held.get(key), Some(Held::Now { placed: false }));
+        let placed = !matches!(held.get(key), Some(LastHold::Now { placed: false }));
         match (yielded, held.get_mut(key)) {
-            (true, Some(state)) => *state = Held::Yielded(Instant::now()),
+            (true, Some(state)) => *state = LastHold::Yielded(Instant::now()),
             _ => {
                 held.remove(key);
             }
@@ -399,15 +399,15 @@ impl Gates {
 
     /// What a thread entering `key`'s gate finds (`held`: its shard's, locked); forgets a
     /// yield that is over.
-    fn entered(held: &mut FastHashMap<Arc<str>, Held>, key: &str) -> Entered {
+    fn entered(held: &mut FastHashMap<Arc<str>, LastHold>, key: &str) -> Entered {
         match held.get_mut(key) {
-            Some(Held::Now { placed }) => {
+            Some(LastHold::Now { placed }) => {
                 // This thread may attempt (and take a place) before the hold ends.
                 *placed = true;
                 Entered::SiblingHeld
             }
-            Some(Held::Yielded(at)) if at.elapsed() < YIELD_FOR => Entered::Yielded,
-            Some(Held::Yielded(_)) => {
+            Some(LastHold::Yielded(at)) if at.elapsed() < YIELD_FOR => Entered::Yielded,
+            Some(LastHold::Yielded(_)) => {
                 held.remove(key);
                 Entered::Plainly
             }

@@ -80,7 +80,7 @@ const KEPT_PLACE_RECHECK: Duration = Duration::from_secs(1);
 
 /// What the waiting loops use of a client.
 #[derive(Clone, Copy)]
-pub(crate) struct Waiting<'a> {
+pub(crate) struct WaitContext<'a> {
     pub(crate) config: &'a Config,
     pub(crate) counters: &'a Counters,
     pub(crate) subscriber: &'a Subscriber,
@@ -90,7 +90,7 @@ pub(crate) struct Waiting<'a> {
     pub(crate) rechecks: &'a Gates,
 }
 
-impl Waiting<'_> {
+impl WaitContext<'_> {
     /// Waits up to the response timeout (and never past `deadline`) for Redis to confirm the
     /// subscription of `pause`.
     fn confirm(&self, pause: &Pause, deadline: Option<Instant>) {
@@ -122,7 +122,7 @@ impl Waiting<'_> {
 #[cold]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn contend<W>(
-    w: Waiting<'_>,
+    w: WaitContext<'_>,
     lock_key: &Arc<str>,
     (channel, filter): (&Arc<str>, Option<Arc<str>>),
     deadline: Option<Instant>,
@@ -240,7 +240,7 @@ pub(crate) fn contend<W>(
 #[cold]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn queue<W>(
-    w: Waiting<'_>,
+    w: WaitContext<'_>,
     lock_key: &Arc<str>,
     subscription: Option<Subscription>,
     confirm: bool,

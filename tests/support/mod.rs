@@ -18,6 +18,20 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+/// A server that accepts connections and never answers (a hung host, a half-open load
+/// balancer); it listens, and keeps every connection open, for as long as the test runs.
+pub fn silent_server() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming() {
+            open.push(stream);
+        }
+    });
+    port
+}
+
 /// A `redis-server` owned by the test.
 pub struct RedisServer {
     port: u16,

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{Inner, KIND};
+use super::{RedlockCore, KIND};
 use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
@@ -17,7 +17,7 @@ use crate::stats::Counters;
 
 /// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
 pub(crate) struct RedlockHold {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<RedlockCore>,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<Vec<LockKeys>>,
     pub(crate) token: Arc<str>,
@@ -31,12 +31,12 @@ pub(crate) struct RedlockHold {
 }
 
 /// One hold of the current thread, and how many of its guards live.
-struct Held {
+struct ThreadHold {
     hold: Arc<RedlockHold>,
     guards: usize,
 }
 
-impl Held {
+impl ThreadHold {
     fn is(&self, redlock: u64, name: &str) -> bool {
         self.hold.inner.id == redlock && &*self.hold.name == name
     }
@@ -44,7 +44,7 @@ impl Held {
 
 thread_local! {
     /// This thread's holds.
-    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    static HELD: RefCell<Vec<ThreadHold>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The hold of `name` on this thread, counted once more, if any.
@@ -74,7 +74,7 @@ pub(crate) fn hold_count(redlock: u64, name: &str) -> usize {
 
 fn enter(hold: &Arc<RedlockHold>) {
     let _ = HELD.try_with(|held| {
-        held.borrow_mut().push(Held {
+        held.borrow_mut().push(ThreadHold {
             hold: Arc::clone(hold),
             guards: 1,
         });
@@ -374,7 +374,7 @@ impl RedlockGuard {
             .change_lease_round(&h.name, &h.keys, &h.token, by, how)?
         {
             Some(remaining) => {
-                let drift = Inner::drift(remaining);
+                let drift = RedlockCore::drift(remaining);
                 h.state
                     .expires_at_set(sent_at + remaining.saturating_sub(drift));
                 Ok(())

@@ -98,10 +98,10 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    inner: Arc<Inner>,
+    inner: Arc<RedlockCore>,
 }
 
-pub(crate) struct Inner {
+pub(crate) struct RedlockCore {
     id: u64,
     instances: Vec<Instance>,
     quorum: usize,
@@ -166,7 +166,7 @@ impl Redlock {
             .collect();
         let quorum = instances.len() / 2 + 1;
         Ok(Redlock {
-            inner: Arc::new(Inner {
+            inner: Arc::new(RedlockCore {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 instances,
                 quorum,
@@ -211,7 +211,7 @@ impl Redlock {
                 self.inner.default_lease
             )));
         }
-        let inner = Inner {
+        let inner = RedlockCore {
             id: self.inner.id,
             instances: self.inner.instances.clone(),
             quorum: self.inner.quorum,
@@ -269,7 +269,7 @@ impl Redlock {
     }
 }
 
-impl Inner {
+impl RedlockCore {
     /// The per-instance timeout for a lease.
     fn instance_timeout(&self, lease: Duration) -> Duration {
         self.instance_timeout

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::guard::{self, RedlockGuard, RedlockHold};
 use super::quorum::Round;
-use super::{Inner, KIND};
+use super::{RedlockCore, KIND};
 use crate::config::validate_lease;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
@@ -39,7 +39,7 @@ use crate::waiting::{Backoff, Signal, Subscription};
 /// ```
 #[derive(Clone)]
 pub struct RedlockMutex {
-    inner: Arc<Inner>,
+    inner: Arc<RedlockCore>,
     name: Arc<str>,
     /// The keys on each instance, or why the name is refused.
     keys: std::result::Result<Arc<Vec<LockKeys>>, Error>,
@@ -47,7 +47,7 @@ pub struct RedlockMutex {
 }
 
 impl RedlockMutex {
-    pub(crate) fn new(inner: Arc<Inner>, name: &str) -> Self {
+    pub(crate) fn new(inner: Arc<RedlockCore>, name: &str) -> Self {
         let keys = inner.keys(name).map(Arc::new);
         RedlockMutex {
             inner,

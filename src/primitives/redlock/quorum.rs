@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use super::instances::{fan_out, too_few_answered, unexpected};
-use super::Inner;
+use super::RedlockCore;
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, Result};
@@ -61,7 +61,7 @@ fn on_every(keys: &[LockKeys], call: impl Fn(&LockKeys) -> ScriptCall) -> Vec<Op
     keys.iter().map(|k| Some(call(k))).collect()
 }
 
-impl Inner {
+impl RedlockCore {
     /// The keys of lock `name` on every instance.
     pub(crate) fn keys(&self, name: &str) -> Result<Vec<LockKeys>> {
         self.instances.iter().map(|i| i.keys(name)).collect()
@@ -114,7 +114,7 @@ impl Inner {
         let taken: Vec<usize> = (0..took.len())
             .filter(|&i| matches!(took[i], Took::Yes(_)))
             .collect();
-        let drift = Inner::drift(lease);
+        let drift = RedlockCore::drift(lease);
         let valid_until = started + lease.saturating_sub(drift);
         if taken.len() >= self.quorum && Instant::now() < valid_until {
             let fencing_token = took

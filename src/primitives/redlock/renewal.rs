@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::guard::RedlockHold;
-use super::{Inner, KIND};
+use super::{RedlockCore, KIND};
 use crate::connection::{Routed, ScriptCall};
 use crate::error::Doing;
 use crate::lease::LostReason;
@@ -85,7 +85,7 @@ impl Renewal {
     }
 }
 
-fn run(registry: &Mutex<Registry>, inner: &Arc<Inner>) {
+fn run(registry: &Mutex<Registry>, inner: &Arc<RedlockCore>) {
     loop {
         std::thread::sleep(inner.renewal_interval);
         let holds = {
@@ -108,7 +108,7 @@ fn run(registry: &Mutex<Registry>, inner: &Arc<Inner>) {
 }
 
 /// One period: every hold on every instance, then the majority rule.
-fn renew(inner: &Inner, holds: &[Arc<RedlockHold>]) {
+fn renew(inner: &RedlockCore, holds: &[Arc<RedlockHold>]) {
     let protocol = mutex::protocol();
     let doing = Doing::work("renewing Redlock leases");
     // Per hold, the send times of the instances that renewed it, and how many said it is not
@@ -141,7 +141,7 @@ fn renew(inner: &Inner, holds: &[Arc<RedlockHold>]) {
         if times.len() >= inner.quorum {
             // Valid while the majority-th latest renewal lasts, less the drift.
             times.sort_unstable_by(|a, b| b.cmp(a));
-            let lease = hold.lease.saturating_sub(Inner::drift(hold.lease));
+            let lease = hold.lease.saturating_sub(RedlockCore::drift(hold.lease));
             hold.state.renewed(times[inner.quorum - 1], lease);
         } else if not_held > n - inner.quorum {
             if hold.state.mark_lost(LostReason::Taken) {

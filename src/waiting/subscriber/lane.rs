@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use super::push::{Flavour, Push};
-use super::{reassign, Lanes, Link, Shared};
+use super::{reassign, Lanes, Link, SubscriberState};
 
 /// How long the thread blocks reading messages before it looks at its state anyway (new
 /// subscriptions wake it sooner, with a message on its own wake channel).
@@ -27,7 +27,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 const WAKE_CHANNEL_TRIES: usize = 65_536;
 
 pub(super) struct LaneThread {
-    shared: Arc<Shared>,
+    shared: Arc<SubscriberState>,
     lanes: Weak<Lanes>,
     shard: usize,
     link: Arc<Link>,
@@ -45,7 +45,7 @@ enum Exit {
 
 impl LaneThread {
     pub(super) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<SubscriberState>,
         lanes: Weak<Lanes>,
         shard: usize,
         link: Arc<Link>,

@@ -121,7 +121,7 @@ struct State {
 }
 
 /// What the client's side and the lane threads share.
-struct Shared {
+struct SubscriberState {
     state: Mutex<State>,
     /// Signalled when a subscription is confirmed or a connection is lost.
     confirmations: Condvar,
@@ -153,7 +153,7 @@ struct Lane {
 /// The running lanes, by shard. Lane threads hold it weakly: dropping the client's
 /// `Subscriber` drops every lane's wake sender, which ends its thread.
 struct Lanes {
-    shared: Arc<Shared>,
+    shared: Arc<SubscriberState>,
     running: Mutex<FastHashMap<usize, Lane>>,
 }
 
@@ -164,7 +164,7 @@ pub(crate) struct Subscriber {
 
 /// One waiter's interest in one channel. Dropping it ends the interest.
 pub(crate) struct Subscription {
-    shared: Arc<Shared>,
+    shared: Arc<SubscriberState>,
     channel: Arc<str>,
     id: u64,
     signal: Arc<Signal>,
@@ -174,7 +174,7 @@ impl Subscriber {
     /// `wake_prefix` starts the names of the channels on which the client wakes its own lane
     /// threads.
     pub(crate) fn new(connections: Arc<Connections>, wake_prefix: String) -> Self {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(SubscriberState {
             state: Mutex::new(State::default()),
             confirmations: Condvar::new(),
             next_id: AtomicU64::new(1),
@@ -192,7 +192,7 @@ impl Subscriber {
         }
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<SubscriberState> {
         &self.lanes.shared
     }
 
@@ -286,7 +286,7 @@ impl Subscriber {
 
 /// Adds a waiter to a channel's entry (under the state lock).
 fn register(
-    shared: &Arc<Shared>,
+    shared: &Arc<SubscriberState>,
     entry: &mut Channel,
     channel: &Arc<str>,
     filter: Option<Arc<str>>,
@@ -379,7 +379,7 @@ impl Lanes {
 }
 
 /// Hands channels that lost their lane to the lanes of their shards now, starting those.
-fn reassign(shared: &Shared, lanes: &Weak<Lanes>, channels: Vec<Arc<str>>) {
+fn reassign(shared: &SubscriberState, lanes: &Weak<Lanes>, channels: Vec<Arc<str>>) {
     if channels.is_empty() {
         return;
     }
