@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
 use crate::config::ReplicaAcks;
-use crate::connection::{AckRule, Connections, Routed};
+use crate::connection::{AckRule, Acked, Connections, Routed};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Renewed;
 use crate::fast_hash::FastHashMap;
@@ -608,84 +608,26 @@ impl RenewalThread {
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let counted = replication::counted(s.acks, s.lease);
-        let mut failures = 0;
         let mut retry: Vec<u64> = Vec::new();
         let mut short: Option<&str> = None;
         for ((id, r), reply) in batch.iter().zip(replies) {
-            let Registration::Lease {
-                keys,
-                state,
-                name,
-                protocol,
-                ..
-            } = r
-            else {
+            let Registration::Lease { keys, state, .. } = r else {
                 continue;
             };
-            // An error reply (`READONLY` from a demoted master, say) is a failed renewal, not
-            // a lost lock: the lease runs out on this machine's clock if renewal keeps failing.
-            // So is a renewal that too few replicas acknowledged.
-            let reply = match reply {
-                Ok((redis::Value::ServerError(e), _)) => Err(crate::error::Error::new(
-                    ErrorKind::Server,
-                    format!("renewing leases: {}", redis::RedisError::from(e)),
-                )),
-                Ok((redis::Value::Int(1), Some((got, asked))))
-                    if replication::too_few((got, asked)) =>
-                {
-                    short = Some(keys.lock.as_str());
-                    Err(crate::error::Error::new(
-                        ErrorKind::NotReplicated,
-                        format!(
-                            "renewing leases: {got} of {asked} replicas acknowledged the renewal \
-                             in time"
-                        ),
-                    ))
-                }
-                Ok((value, _)) => Ok(value),
-                Err(e) => Err(e),
-            };
-            match reply {
+            match renewal_outcome(reply, keys, &mut short) {
                 Ok(redis::Value::Int(1)) => {
                     state.renewed(sent_at, counted);
                     // A reply that came after the lease ran out renews nothing: lost is final.
-                    if state.is_lost()
-                        && s.registry.contains(*id)
-                        && state.mark_lost(LostReason::Expired(
-                            "the renewal's reply came after the lease ran out".to_owned(),
-                        ))
-                    {
-                        s.counters.lease_lost(name, protocol.kind());
-                        log::warn!(
-                            "redmutex: lock {} was lost: its lease ran out before a renewal's \
-                             reply came",
-                            keys.lock
-                        );
+                    if state.is_lost() {
+                        let why = "the renewal's reply came after the lease ran out";
+                        self.report_loss(*id, r, LostReason::Expired(why.to_owned()));
                     }
                 }
-                Ok(_) => {
-                    if s.registry.contains(*id) && state.mark_lost(LostReason::Taken) {
-                        s.counters.lease_lost(name, protocol.kind());
-                        log::warn!(
-                            "redmutex: lock {} was lost: renewal found it no longer holding \
-                             this holder's token",
-                            keys.lock
-                        );
-                    }
-                }
+                Ok(_) => self.report_loss(*id, r, LostReason::Taken),
                 Err(e) => {
-                    failures += 1;
                     retry.push(*id);
-                    if Instant::now() >= state.expires_at()
-                        && s.registry.contains(*id)
-                        && state.mark_lost(LostReason::Expired(e.to_string()))
-                    {
-                        s.counters.lease_lost(name, protocol.kind());
-                        log::warn!(
-                            "redmutex: lock {} was lost: its lease ran out while renewal \
-                             failed: {e}",
-                            keys.lock
-                        );
+                    if Instant::now() >= state.expires_at() {
+                        self.report_loss(*id, r, LostReason::Expired(e.to_string()));
                     }
                 }
             }
@@ -694,8 +636,8 @@ impl RenewalThread {
             // The deployment may count replicas that are gone: have it look again.
             s.connections.replicas_short(route);
         }
-        if failures > 0 {
-            log::debug!("redmutex: renewal of {failures} leases failed");
+        if !retry.is_empty() {
+            log::debug!("redmutex: renewal of {} leases failed", retry.len());
             let at = Instant::now() + (s.interval / 4).min(RENEWAL_RETRY);
             let mut due = s.due.lock();
             for id in retry {
@@ -704,5 +646,54 @@ impl RenewalThread {
                 }
             }
         }
+    }
+
+    /// Marks a registered lease lost for `reason`, and tells of it once (the lease-lost
+    /// event, `Stats::lost`, a warning).
+    fn report_loss(&self, id: u64, registration: &Registration, reason: LostReason) {
+        let s = &*self.shared;
+        let Registration::Lease {
+            keys,
+            state,
+            name,
+            protocol,
+            ..
+        } = registration
+        else {
+            return;
+        };
+        let why = reason.describe();
+        if s.registry.contains(id) && state.mark_lost(reason) {
+            s.counters.lease_lost(name, protocol.kind());
+            log::warn!("redmutex: lock {} was lost: {why}", keys.lock);
+        }
+    }
+}
+
+/// A renewal's reply as an outcome: an error reply (`READONLY` from a demoted master, say)
+/// is a failed renewal, not a lost lock (the lease runs out on this machine's clock if
+/// renewal keeps failing), and so is a renewal that too few replicas acknowledged (its lock
+/// is named in `short`).
+fn renewal_outcome<'k>(
+    reply: crate::error::Result<Acked>,
+    keys: &'k LockKeys,
+    short: &mut Option<&'k str>,
+) -> crate::error::Result<redis::Value> {
+    match reply {
+        Ok((redis::Value::ServerError(e), _)) => Err(crate::error::Error::new(
+            ErrorKind::Server,
+            format!("renewing leases: {}", redis::RedisError::from(e)),
+        )),
+        Ok((redis::Value::Int(1), Some((got, asked)))) if replication::too_few((got, asked)) => {
+            *short = Some(keys.lock.as_str());
+            Err(crate::error::Error::new(
+                ErrorKind::NotReplicated,
+                format!(
+                    "renewing leases: {got} of {asked} replicas acknowledged the renewal in time"
+                ),
+            ))
+        }
+        Ok((value, _)) => Ok(value),
+        Err(e) => Err(e),
     }
 }
