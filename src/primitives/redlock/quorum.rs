@@ -80,69 +80,13 @@ impl RedlockCore {
         let doing = Doing::lock("acquiring", name);
         let started = Instant::now();
         let timeout = self.instance_timeout(lease);
-        let protocol = mutex::protocol();
-        let calls = on_every(keys, |k| {
-            protocol.acquire(&AcquireCall {
-                keys: k,
-                token,
-                lease,
-                // A failed round names this client among each instance's waiting clients, so
-                // that a release there announces itself (Redlock's waiters listen to every
-                // announcement, whoever it names).
-                queue: true,
-                waiter_timeout: lease,
-                units: 1,
-                capacity: 1,
-                more: false,
-                after: false,
-                overdue: false,
-            })
-        });
-        let replies = fan_out(&self.instances, keys, &calls, timeout, doing);
-        let took: Vec<Took> = replies
-            .into_iter()
-            .map(|reply| match reply {
-                Some(Ok(value)) => match redis::from_redis_value::<(i64, i64)>(value.clone()) {
-                    Ok((1, fence)) => Took::Yes(u64::try_from(fence).unwrap_or(0)),
-                    Ok((0, ms)) => Took::No(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-                    _ => Took::Failed(unexpected(doing, &value)),
-                },
-                Some(Err(e)) => Took::Failed(e),
-                None => Took::Failed(Error::new(crate::ErrorKind::Server, "not sent")),
-            })
-            .collect();
-        let taken: Vec<usize> = (0..took.len())
-            .filter(|&i| matches!(took[i], Took::Yes(_)))
-            .collect();
-        let drift = RedlockCore::drift(lease);
-        let valid_until = started + lease.saturating_sub(drift);
-        if taken.len() >= self.quorum && Instant::now() < valid_until {
-            let fencing_token = took
-                .iter()
-                .filter_map(|t| match t {
-                    Took::Yes(fence) => Some(*fence),
-                    _ => None,
-                })
-                .max()
-                .unwrap_or(0);
-            // Instances whose counter is below the token are raised to it; when a majority
-            // is there already (counters in step, as when every instance granted the last
-            // acquisitions), no raise is needed.
-            let behind: Vec<usize> = taken
-                .iter()
-                .copied()
-                .filter(|&i| matches!(took[i], Took::Yes(f) if f < fencing_token))
-                .collect();
-            let at_token = taken.len() - behind.len();
-            let raised = at_token >= self.quorum
-                || at_token + self.raise_fences(name, keys, token, fencing_token, &behind, timeout)
-                    >= self.quorum;
-            if raised && Instant::now() < valid_until {
-                return Ok(Round::Acquired {
-                    fencing_token,
-                    valid_until,
-                });
-            }
+        let took = self.take_on_every(keys, token, lease, timeout, doing);
+        let valid_until = started + lease.saturating_sub(RedlockCore::drift(lease));
+        if let Some(fencing_token) = self.won(name, keys, token, &took, timeout, valid_until) {
+            return Ok(Round::Acquired {
+                fencing_token,
+                valid_until,
+            });
         }
         // Not won: whatever was taken is given back by each instance's renewal thread, at
         // once and off the caller's path, on every instance that took it or did not answer.
@@ -167,6 +111,87 @@ impl RedlockCore {
             })
             .min();
         Ok(Round::Held(wait))
+    }
+
+    /// The acquire on every instance, and what each said.
+    fn take_on_every(
+        &self,
+        keys: &[LockKeys],
+        token: &str,
+        lease: Duration,
+        timeout: Duration,
+        doing: Doing<'_>,
+    ) -> Vec<Took> {
+        let protocol = mutex::protocol();
+        let calls = on_every(keys, |k| {
+            protocol.acquire(&AcquireCall {
+                keys: k,
+                token,
+                lease,
+                // A failed round names this client among each instance's waiting clients, so
+                // that a release there announces itself (Redlock's waiters listen to every
+                // announcement, whoever it names).
+                queue: true,
+                waiter_timeout: lease,
+                units: 1,
+                capacity: 1,
+                more: false,
+                after: false,
+                overdue: false,
+            })
+        });
+        fan_out(&self.instances, keys, &calls, timeout, doing)
+            .into_iter()
+            .map(|reply| match reply {
+                Some(Ok(value)) => match redis::from_redis_value::<(i64, i64)>(value.clone()) {
+                    Ok((1, fence)) => Took::Yes(u64::try_from(fence).unwrap_or(0)),
+                    Ok((0, ms)) => Took::No(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    _ => Took::Failed(unexpected(doing, &value)),
+                },
+                Some(Err(e)) => Took::Failed(e),
+                None => Took::Failed(Error::new(crate::ErrorKind::Server, "not sent")),
+            })
+            .collect()
+    }
+
+    /// The fencing token of a round that a majority granted with validity left, once the
+    /// counters of that majority are raised to it in time; `None` when the round was not won.
+    fn won(
+        &self,
+        name: &str,
+        keys: &[LockKeys],
+        token: &str,
+        took: &[Took],
+        timeout: Duration,
+        valid_until: Instant,
+    ) -> Option<u64> {
+        let taken: Vec<usize> = (0..took.len())
+            .filter(|&i| matches!(took[i], Took::Yes(_)))
+            .collect();
+        if taken.len() < self.quorum || Instant::now() >= valid_until {
+            return None;
+        }
+        let fencing_token = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::Yes(fence) => Some(*fence),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        // Instances whose counter is below the token are raised to it; when a majority is
+        // there already (counters in step, as when every instance granted the last
+        // acquisitions), no raise is needed.
+        let behind: Vec<usize> = taken
+            .iter()
+            .copied()
+            .filter(|&i| matches!(took[i], Took::Yes(f) if f < fencing_token))
+            .collect();
+        let at_token = taken.len() - behind.len();
+        let raised = at_token >= self.quorum
+            || at_token + self.raise_fences(name, keys, token, fencing_token, &behind, timeout)
+                >= self.quorum;
+        (raised && Instant::now() < valid_until).then_some(fencing_token)
     }
 
     /// Raises the fencing counters on the instances in `behind` to `fencing_token`, while the
