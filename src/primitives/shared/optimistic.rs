@@ -215,28 +215,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         loop {
             ctx.ensure_open()?;
             let try_began = Instant::now();
-            let tried = self.read_versioned(keys, &key).and_then(|snapshot| {
-                if snapshot.held {
-                    return Ok(Tried::Held);
-                }
-                let mut value = self.value_of(&key, snapshot.bytes.as_deref())?;
-                // What is stored, as bytes: a missing value is its initial value's.
-                let before = match snapshot.bytes {
-                    Some(bytes) => bytes,
-                    None => self.codec.encode(&value)?,
-                };
-                let out = change(&mut value);
-                let bytes = self.codec.encode(&value)?;
-                if bytes == before {
-                    return Ok(Tried::Done(out, false));
-                }
-                Ok(
-                    match self.write_if_unchanged(keys, &key, &snapshot.version, &bytes)? {
-                        true => Tried::Done(out, true),
-                        false => Tried::Collided,
-                    },
-                )
-            });
+            let tried = self.try_once(keys, &key, change);
             let delay = match tried {
                 Ok(Tried::Done(out, written)) => return Ok((out, written)),
                 Ok(Tried::Held) => {
@@ -280,6 +259,37 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             }
             std::thread::sleep(delay);
         }
+    }
+
+    /// One try: read the value and its version, run `change` on a copy, and write the result
+    /// only if nothing changed since the read.
+    fn try_once<R>(
+        &self,
+        keys: &LockKeys,
+        key: &str,
+        change: &mut impl FnMut(&mut T) -> R,
+    ) -> Result<Tried<R>> {
+        let snapshot = self.read_versioned(keys, key)?;
+        if snapshot.held {
+            return Ok(Tried::Held);
+        }
+        let mut value = self.value_of(key, snapshot.bytes.as_deref())?;
+        // What is stored, as bytes: a missing value is its initial value's.
+        let before = match snapshot.bytes {
+            Some(bytes) => bytes,
+            None => self.codec.encode(&value)?,
+        };
+        let out = change(&mut value);
+        let bytes = self.codec.encode(&value)?;
+        if bytes == before {
+            return Ok(Tried::Done(out, false));
+        }
+        Ok(
+            match self.write_if_unchanged(keys, key, &snapshot.version, &bytes)? {
+                true => Tried::Done(out, true),
+                false => Tried::Collided,
+            },
+        )
     }
 
     /// Reads the value, its version and whether the lock is held, in one step (`MGET`: the
