@@ -431,10 +431,14 @@ impl LockDeployment {
             Topology::Sentinel => {
                 let from = self.master_addr()?;
                 let deadline = Instant::now() + FAILOVER_LIMIT;
+                let mut replies = Vec::new();
                 'ask: loop {
                     // Either refuses while the last failover settles (NOGOODSLAVE, a replica
                     // still syncing): ask again.
-                    let _ = self.ask_for_failover();
+                    replies.push(match self.ask_for_failover() {
+                        Ok(()) => "OK".to_owned(),
+                        Err(e) => e.to_string(),
+                    });
                     let asked = Instant::now();
                     while asked.elapsed() < Duration::from_secs(10) {
                         if self.master_addr().is_ok_and(|a| a != from) {
@@ -443,7 +447,13 @@ impl LockDeployment {
                         std::thread::sleep(Duration::from_millis(100));
                     }
                     if Instant::now() > deadline {
-                        return Err(format!("no failover away from {from}").into());
+                        return Err(format!(
+                            "no failover away from {from}; asked {} times: {replies:?}\n\
+                             the asked sentinel's log ends:\n{}",
+                            replies.len(),
+                            self.sentinels[0].log_tail(40)
+                        )
+                        .into());
                     }
                 }
                 // The old master follows the new one before the next fault.

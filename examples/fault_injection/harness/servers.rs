@@ -198,6 +198,17 @@ impl RedisProcess {
         }
     }
 
+    /// The last `lines` lines of the server's log, for a report of what went wrong.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let name = match self.role {
+            Role::Sentinel { .. } => "sentinel.log",
+            Role::Data(_) => "redis.log",
+        };
+        let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }
