@@ -7,7 +7,9 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, ErrorKind, Result};
+#[cfg(doc)]
+use crate::error::ErrorKind;
+use crate::error::Result;
 use crate::lease::RawLock;
 use crate::primitives::MutexGuard;
 
@@ -98,75 +100,44 @@ impl<K: LockKind> Lock<K> {
         self.raw.fixed_lease()
     }
 
-    /// Blocks until the calling thread holds the lock, and returns its guard.
-    ///
-    /// If the calling thread holds it already, it re-enters at once (no round trip).
-    ///
-    /// # Errors
-    ///
-    /// - [`ErrorKind::InvalidArgument`]: the name or the lease is invalid.
-    /// - [`ErrorKind::Connection`] / [`ErrorKind::Timeout`]: Redis could not be reached or did
-    ///   not answer in time (after riding through an outage for the
-    ///   [outage patience](crate::Builder::outage_patience), once the client has reached
-    ///   Redis; at once before).
-    /// - [`ErrorKind::WrongType`]: the lock's key holds something that is not a lock.
-    /// - [`ErrorKind::LockLost`]: re-entry into a hold whose lease was lost.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let job = client.mutex("nightly-job");
-    /// let outer = job.lock()?;
-    /// let inner = job.lock()?; // re-entry: no round trip
-    /// assert_eq!(job.hold_count(), 2);
-    /// drop(inner);
-    /// drop(outer); // released in Redis here
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self) -> Result<MutexGuard> {
-        self.raw
-            .acquire(None)?
-            .map(MutexGuard::new)
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
+    crate::primitives::acquire_family::acquire_family! {
+        take_until() -> MutexGuard, "the lock";
+        /// Blocks until the calling thread holds the lock, and returns its guard.
+        ///
+        /// If the calling thread holds it already, it re-enters at once (no round trip).
+        ///
+        /// # Errors
+        ///
+        /// - [`ErrorKind::InvalidArgument`]: the name or the lease is invalid.
+        /// - [`ErrorKind::Connection`] / [`ErrorKind::Timeout`]: Redis could not be reached or
+        ///   did not answer in time (after riding through an outage for the
+        ///   [outage patience](crate::Builder::outage_patience), once the client has reached
+        ///   Redis; at once before).
+        /// - [`ErrorKind::WrongType`]: the lock's key holds something that is not a lock.
+        /// - [`ErrorKind::LockLost`]: re-entry into a hold whose lease was lost.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> redmutex::Result<()> {
+        /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+        /// let job = client.mutex("nightly-job");
+        /// let outer = job.lock()?;
+        /// let inner = job.lock()?; // re-entry: no round trip
+        /// assert_eq!(job.hold_count(), 2);
+        /// drop(inner);
+        /// drop(outer); // released in Redis here
+        /// # Ok(()) }
+        /// ```
+        fn lock, try_lock, try_lock_for, try_lock_until;
+        ///
+        /// A thread that holds the lock already re-enters at once. A
+        /// [`FairMutex`](crate::FairMutex)'s attempt never queues, nor takes a free lock
+        /// while others queue for it; its waiter that gives up leaves the queue.
     }
 
-    /// One attempt: the guard if the lock was free (or already held by this thread), `None`
-    /// if someone else holds it. A [`FairMutex`](crate::FairMutex)'s attempt never queues,
-    /// and does not take a free lock while others queue for it.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Self::lock); "held by someone else" is `Ok(None)`, not an error.
-    pub fn try_lock(&self) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(Instant::now()))?.map(MutexGuard::new))
-    }
-
-    /// Waits up to `timeout` for the lock. `Ok(None)` when it was not acquired in time (a
-    /// [`FairMutex`](crate::FairMutex)'s waiter has then left the queue).
-    ///
-    /// At least one attempt is made, even with a zero timeout.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Self::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MutexGuard>> {
-        // A timeout too large for the clock waits without a deadline.
-        let deadline = Instant::now().checked_add(timeout);
+    fn take_until(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
         Ok(self.raw.acquire(deadline)?.map(MutexGuard::new))
-    }
-
-    /// Waits until `deadline` for the lock. `Ok(None)` when it was not acquired in time (a
-    /// [`FairMutex`](crate::FairMutex)'s waiter has then left the queue).
-    ///
-    /// A deadline in the past makes exactly one attempt.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Self::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MutexGuard>> {
-        Ok(self.raw.acquire(Some(deadline))?.map(MutexGuard::new))
     }
 
     /// Whether anyone (any thread, any process) holds the lock now. One round trip.

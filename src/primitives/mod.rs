@@ -1,6 +1,7 @@
 //! The kinds of lock users take. Each brings only its protocol (its keys, its Lua scripts
 //! beside it, how its waiters wait) to the shared lease machinery, and a public handle.
 
+mod acquire_family;
 mod fair_mutex;
 mod guard_traits;
 mod lock;

@@ -103,41 +103,17 @@ impl MultiLock {
         self.locks.iter().map(|(_, lock)| lock.name()).collect()
     }
 
-    /// Blocks until every lock is held.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`]; then none of the locks is held.
-    pub fn lock(&self) -> Result<MultiLockGuard> {
-        self.take(None)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
-    }
-
-    /// One attempt at each lock in turn: all of them, or `None` and none.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](MultiLock::lock).
-    pub fn try_lock(&self) -> Result<Option<MultiLockGuard>> {
-        self.take(Some(Instant::now()))
-    }
-
-    /// Waits up to `timeout` for all the locks.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](MultiLock::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<MultiLockGuard>> {
-        self.take(Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for all the locks.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](MultiLock::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<MultiLockGuard>> {
-        self.take(Some(deadline))
+    crate::primitives::acquire_family::acquire_family! {
+        take() -> MultiLockGuard, "every lock, all or none";
+        /// Blocks until every lock is held.
+        ///
+        /// # Errors
+        ///
+        /// As for [`Mutex::lock`]; then none of the locks is held.
+        fn lock, try_lock, try_lock_for, try_lock_until;
+        ///
+        /// Each lock in turn gets one attempt; when one is held elsewhere, those taken are
+        /// given back.
     }
 
     fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiLockGuard>> {

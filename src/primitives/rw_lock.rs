@@ -294,90 +294,36 @@ impl RwLock {
         self.read.name()
     }
 
-    /// Blocks until the calling thread holds a read hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock).
-    pub fn read(&self) -> Result<RwLockReadGuard> {
-        self.try_read_until_opt(None)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "read() gave up without a deadline"))
+    crate::primitives::acquire_family::acquire_family! {
+        take_read() -> RwLockReadGuard, "a read hold";
+        /// Blocks until the calling thread holds a read hold.
+        ///
+        /// # Errors
+        ///
+        /// As for [`Mutex::lock`](crate::Mutex::lock).
+        fn read, try_read, try_read_for, try_read_until;
     }
 
-    /// One attempt at a read hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`read`](RwLock::read).
-    pub fn try_read(&self) -> Result<Option<RwLockReadGuard>> {
-        self.try_read_until_opt(Some(Instant::now()))
-    }
-
-    /// Waits up to `timeout` for a read hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`read`](RwLock::read).
-    pub fn try_read_for(&self, timeout: Duration) -> Result<Option<RwLockReadGuard>> {
-        self.try_read_until_opt(Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for a read hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`read`](RwLock::read).
-    pub fn try_read_until(&self, deadline: Instant) -> Result<Option<RwLockReadGuard>> {
-        self.try_read_until_opt(Some(deadline))
-    }
-
-    fn try_read_until_opt(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
+    fn take_read(&self, deadline: Option<Instant>) -> Result<Option<RwLockReadGuard>> {
         Ok(self
             .read
             .acquire(deadline)?
             .map(|inner| RwLockReadGuard { inner }))
     }
 
-    /// Blocks until the calling thread holds the write hold.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`] at once when the calling thread holds a read hold and
-    /// not the write hold (an upgrade would wait for itself); otherwise as for
-    /// [`Mutex::lock`](crate::Mutex::lock).
-    pub fn write(&self) -> Result<RwLockWriteGuard> {
-        self.try_write_until_opt(None)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "write() gave up without a deadline"))
+    crate::primitives::acquire_family::acquire_family! {
+        take_write() -> RwLockWriteGuard, "the write hold";
+        /// Blocks until the calling thread holds the write hold.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::InvalidArgument`] at once when the calling thread holds a read hold and
+        /// not the write hold (an upgrade would wait for itself); otherwise as for
+        /// [`Mutex::lock`](crate::Mutex::lock).
+        fn write, try_write, try_write_for, try_write_until;
     }
 
-    /// One attempt at the write hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`write`](RwLock::write).
-    pub fn try_write(&self) -> Result<Option<RwLockWriteGuard>> {
-        self.try_write_until_opt(Some(Instant::now()))
-    }
-
-    /// Waits up to `timeout` for the write hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`write`](RwLock::write).
-    pub fn try_write_for(&self, timeout: Duration) -> Result<Option<RwLockWriteGuard>> {
-        self.try_write_until_opt(Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for the write hold.
-    ///
-    /// # Errors
-    ///
-    /// As for [`write`](RwLock::write).
-    pub fn try_write_until(&self, deadline: Instant) -> Result<Option<RwLockWriteGuard>> {
-        self.try_write_until_opt(Some(deadline))
-    }
-
-    fn try_write_until_opt(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
+    fn take_write(&self, deadline: Option<Instant>) -> Result<Option<RwLockWriteGuard>> {
         if self.read.hold_count() > 0 && self.write.hold_count() == 0 {
             return Err(Error::new(
                 ErrorKind::InvalidArgument,

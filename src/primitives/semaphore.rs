@@ -274,102 +274,45 @@ impl Semaphore {
         &self.name
     }
 
-    /// Blocks until one permit is held.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`] for zero or more than [`MAX_PERMITS`] permits; otherwise
-    /// as for [`Mutex::lock`](crate::Mutex::lock).
-    pub fn acquire(&self) -> Result<SemaphorePermit> {
-        self.acquire_many(1)
+    crate::primitives::acquire_family::acquire_family! {
+        take_one() -> SemaphorePermit, "one permit";
+        /// Blocks until one permit is held.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::InvalidArgument`] for zero or more than [`MAX_PERMITS`] permits;
+        /// otherwise as for [`Mutex::lock`](crate::Mutex::lock).
+        fn acquire, try_acquire, try_acquire_for, try_acquire_until;
     }
 
-    /// Blocks until `n` permits are held, all at once or none.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidArgument`] when `n` is zero or more than the permits that exist;
-    /// otherwise as for [`acquire`](Semaphore::acquire).
-    pub fn acquire_many(&self, n: u32) -> Result<SemaphorePermit> {
-        self.take(n, None)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "acquire() gave up without a deadline"))
+    crate::primitives::acquire_family::acquire_family! {
+        take(n: u32) -> SemaphorePermit, "`n` permits, all at once or none";
+        /// Blocks until `n` permits are held, all at once or none.
+        ///
+        /// # Errors
+        ///
+        /// [`ErrorKind::InvalidArgument`] when `n` is zero or more than the permits that exist;
+        /// otherwise as for [`acquire`](Semaphore::acquire).
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// # fn main() -> redmutex::Result<()> {
+        /// use std::time::Duration;
+        ///
+        /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+        /// let slots = client.semaphore("gpu-slots", 8);
+        /// match slots.try_acquire_many_for(4, Duration::from_secs(2))? {
+        ///     Some(permit) => println!("running on {} slots", permit.permits()),
+        ///     None => println!("busy"),
+        /// }
+        /// # Ok(()) }
+        /// ```
+        fn acquire_many, try_acquire_many, try_acquire_many_for, try_acquire_many_until;
     }
 
-    /// One attempt at one permit.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire`](Semaphore::acquire).
-    pub fn try_acquire(&self) -> Result<Option<SemaphorePermit>> {
-        self.take(1, Some(Instant::now()))
-    }
-
-    /// One attempt at `n` permits, all or none.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire_many`](Semaphore::acquire_many).
-    pub fn try_acquire_many(&self, n: u32) -> Result<Option<SemaphorePermit>> {
-        self.take(n, Some(Instant::now()))
-    }
-
-    /// Waits up to `timeout` for one permit.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_for(&self, timeout: Duration) -> Result<Option<SemaphorePermit>> {
-        self.take(1, Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for one permit.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire`](Semaphore::acquire).
-    pub fn try_acquire_until(&self, deadline: Instant) -> Result<Option<SemaphorePermit>> {
-        self.take(1, Some(deadline))
-    }
-
-    /// Waits up to `timeout` for `n` permits, all at once or none.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire_many`](Semaphore::acquire_many).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn main() -> redmutex::Result<()> {
-    /// use std::time::Duration;
-    ///
-    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let slots = client.semaphore("gpu-slots", 8);
-    /// match slots.try_acquire_many_for(4, Duration::from_secs(2))? {
-    ///     Some(permit) => println!("running on {} slots", permit.permits()),
-    ///     None => println!("busy"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn try_acquire_many_for(
-        &self,
-        n: u32,
-        timeout: Duration,
-    ) -> Result<Option<SemaphorePermit>> {
-        self.take(n, Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for `n` permits, all at once or none.
-    ///
-    /// # Errors
-    ///
-    /// As for [`acquire_many`](Semaphore::acquire_many).
-    pub fn try_acquire_many_until(
-        &self,
-        n: u32,
-        deadline: Instant,
-    ) -> Result<Option<SemaphorePermit>> {
-        self.take(n, Some(deadline))
+    fn take_one(&self, deadline: Option<Instant>) -> Result<Option<SemaphorePermit>> {
+        self.take(1, deadline)
     }
 
     /// How many permits are free now. One round trip.

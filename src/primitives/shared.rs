@@ -226,46 +226,19 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         self.codec
     }
 
-    /// Blocks until the lock is held, and returns the guard of the value.
-    ///
-    /// # Errors
-    ///
-    /// As for [`Mutex::lock`](crate::Mutex::lock), and:
-    /// - [`ErrorKind::InvalidArgument`] when this thread holds the lock already;
-    /// - [`ErrorKind::Decode`] when the stored value does not decode into `T` (or was written
-    ///   with another codec), [`ErrorKind::NoValue`] when there is none and the handle has no
-    ///   default, [`ErrorKind::WrongType`] when the value's key is not a string: the lock is
-    ///   then released at once and nothing is written.
-    pub fn lock(&self) -> Result<SharedGuard<T>> {
-        self.take(None)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
-    }
-
-    /// One attempt: the guard if the lock was free, `Ok(None)` if it is held.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Shared::lock).
-    pub fn try_lock(&self) -> Result<Option<SharedGuard<T>>> {
-        self.take(Some(Instant::now()))
-    }
-
-    /// Waits up to `timeout` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Shared::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<SharedGuard<T>>> {
-        self.take(Instant::now().checked_add(timeout))
-    }
-
-    /// Waits until `deadline` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](Shared::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<SharedGuard<T>>> {
-        self.take(Some(deadline))
+    crate::primitives::acquire_family::acquire_family! {
+        take() -> SharedGuard<T>, "the lock and its value";
+        /// Blocks until the lock is held, and returns the guard of the value.
+        ///
+        /// # Errors
+        ///
+        /// As for [`Mutex::lock`](crate::Mutex::lock), and:
+        /// - [`ErrorKind::InvalidArgument`] when this thread holds the lock already;
+        /// - [`ErrorKind::Decode`] when the stored value does not decode into `T` (or was
+        ///   written with another codec), [`ErrorKind::NoValue`] when there is none and the
+        ///   handle has no default, [`ErrorKind::WrongType`] when the value's key is not a
+        ///   string: the lock is then released at once and nothing is written.
+        fn lock, try_lock, try_lock_for, try_lock_until;
     }
 
     /// Deletes the lock whoever holds it, and wakes the waiters; the value stays. See

@@ -72,43 +72,17 @@ impl RedlockMutex {
         &self.name
     }
 
-    /// Blocks until the calling thread holds the lock on a majority of the instances.
-    ///
-    /// # Errors
-    ///
-    /// A connection or timeout error when too few instances answer to make a majority;
-    /// [`ErrorKind::InvalidArgument`] for a bad name or lease.
-    pub fn lock(&self) -> Result<RedlockGuard> {
-        self.acquire(None, true)?
-            .ok_or_else(|| Error::new(ErrorKind::Timeout, "lock() gave up without a deadline"))
-    }
-
-    /// One attempt: the guard if a majority granted the lock (or this thread holds it
-    /// already), `None` otherwise.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](RedlockMutex::lock).
-    pub fn try_lock(&self) -> Result<Option<RedlockGuard>> {
-        self.acquire(Some(Instant::now()), false)
-    }
-
-    /// Waits up to `timeout` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](RedlockMutex::lock).
-    pub fn try_lock_for(&self, timeout: Duration) -> Result<Option<RedlockGuard>> {
-        self.acquire(Instant::now().checked_add(timeout), true)
-    }
-
-    /// Waits until `deadline` for the lock.
-    ///
-    /// # Errors
-    ///
-    /// As for [`lock`](RedlockMutex::lock).
-    pub fn try_lock_until(&self, deadline: Instant) -> Result<Option<RedlockGuard>> {
-        self.acquire(Some(deadline), true)
+    crate::primitives::acquire_family::acquire_family! {
+        acquire() -> RedlockGuard, "the lock on a majority of the instances";
+        /// Blocks until the calling thread holds the lock on a majority of the instances.
+        ///
+        /// # Errors
+        ///
+        /// A connection or timeout error when too few instances answer to make a majority;
+        /// [`ErrorKind::InvalidArgument`] for a bad name or lease.
+        fn lock, try_lock, try_lock_for, try_lock_until;
+        ///
+        /// A thread that holds the lock already re-enters at once.
     }
 
     /// Whether a majority of the instances hold the lock now (anyone's).
@@ -166,14 +140,14 @@ impl RedlockMutex {
     }
 
     /// An acquire, counted and told to the event handlers as a client's are.
-    fn acquire(&self, deadline: Option<Instant>, may_wait: bool) -> Result<Option<RedlockGuard>> {
+    fn acquire(&self, deadline: Option<Instant>) -> Result<Option<RedlockGuard>> {
         let counters = &self.inner.counters;
         if let Some(hold) = guard::reenter(self.inner.id, &self.name) {
             Counters::add(&counters.reentries, 1);
             return Ok(Some(RedlockGuard::new(hold, true)));
         }
         let started = Instant::now();
-        let result = self.acquire_new(deadline, may_wait);
+        let result = self.acquire_new(deadline);
         if matches!(result, Ok(Some(_))) {
             Counters::add(&counters.acquisitions, 1);
         }
@@ -198,18 +172,14 @@ impl RedlockMutex {
         result
     }
 
-    fn acquire_new(
-        &self,
-        deadline: Option<Instant>,
-        may_wait: bool,
-    ) -> Result<Option<RedlockGuard>> {
+    fn acquire_new(&self, deadline: Option<Instant>) -> Result<Option<RedlockGuard>> {
         let keys = self.keys()?;
         let lease = self.lease()?;
         if let Some(guard) = self.attempt(keys, lease)? {
             return Ok(Some(guard));
         }
         let counters = &self.inner.counters;
-        if !may_wait || deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             counters.gave_up_at_once();
             return Ok(None);
         }
