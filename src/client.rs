@@ -2,14 +2,13 @@
 //! the [`Builder`](crate::Builder)'s).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::connection::Connections;
 use crate::error::Result;
 use crate::inspect::{self, LockInfo};
-use crate::lease::{Handle, LockContext};
+use crate::lease::{reentrancy, Handle, LockContext};
 #[cfg(feature = "serde")]
 use crate::primitives::Shared;
 use crate::primitives::{FairMutex, MultiLock, Mutex, RwLock, Semaphore};
@@ -17,8 +16,6 @@ use crate::stats::Stats;
 use crate::token::TokenSource;
 #[cfg(feature = "serde")]
 use serde::{de::DeserializeOwned, Serialize};
-
-static NEXT_CLIENT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A handle to one Redis deployment, from which locks are made.
 ///
@@ -384,7 +381,7 @@ impl Client {
     /// The client of a deployment's connections, with checked settings.
     pub(crate) fn new(config: Config, connections: Connections) -> Client {
         let shared = Arc::new(LockContext::new(
-            NEXT_CLIENT_ID.fetch_add(1, Ordering::Relaxed),
+            reentrancy::new_owner(),
             config,
             Arc::new(connections),
             TokenSource::new(),

@@ -186,8 +186,15 @@ fn a_holder_keeps_its_lock_while_one_instance_restarts_and_is_told_when_the_majo
         "the loss of the majority was never told"
     );
     assert!(g.is_lost());
+    // Lost is final: the thread cannot enter the lost hold again.
+    let err = redlock.mutex("kept").lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert_eq!(g.hold_count(), 1);
     let err = g.unlock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    // A new acquire takes a new hold.
+    let again = redlock.mutex("kept").lock().unwrap();
+    assert!(!again.is_lost());
 }
 
 #[test]

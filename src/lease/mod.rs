@@ -11,7 +11,7 @@ mod plain_take;
 mod poison;
 mod protocol;
 mod raw_lock;
-mod reentrancy;
+pub(crate) mod reentrancy;
 mod renewal;
 mod replication;
 mod reply;

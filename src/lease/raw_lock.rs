@@ -301,7 +301,7 @@ impl RawLock {
         if !self.protocol.reentrant() {
             return Ok(None);
         }
-        let Some(hold) = reentrancy::reenter(self.ctx.id, &self.lock_key) else {
+        let Some(hold) = reentrancy::reenter::<Hold>(self.ctx.id, &self.lock_key) else {
             return Ok(None);
         };
         if let Some(reason) = hold.lease.lost_reason() {

@@ -1,54 +1,66 @@
-//! The per-thread hold map: which locks this thread holds, through which client, how many
-//! times. Re-entry is answered here without a round trip.
+//! The per-thread hold map: which locks this thread holds, through which owner (a client, or
+//! a Redlock over several), how many times. Re-entry is answered here without a round trip.
+//! One map serves every lessor: a hold is stored as `Any` and handed back as the type its
+//! lessor stored.
 
+use std::any::Any;
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::fast_hash::FastHashMap;
-use crate::lease::hold::Hold;
 
-/// (client id, lock key) — a lock held through one client.
+/// (owner id, lock key) — a lock held through one owner.
 type HoldKey = (u64, Arc<str>);
 
 struct LocalHold {
     count: usize,
-    hold: Arc<Hold>,
+    hold: Arc<dyn Any + Send + Sync>,
 }
 
 thread_local! {
     static HOLDS: RefCell<FastHashMap<HoldKey, LocalHold>> = RefCell::new(FastHashMap::default());
 }
 
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// A new owner id: every client and every Redlock has its own, so that their holds of the
+/// same key never meet in the map.
+pub(crate) fn new_owner() -> u64 {
+    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+}
+
 /// When this thread holds the lock, counts one more hold and returns it.
-pub(crate) fn reenter(client: u64, lock_key: &Arc<str>) -> Option<Arc<Hold>> {
+pub(crate) fn reenter<H: Any + Send + Sync>(owner: u64, lock_key: &Arc<str>) -> Option<Arc<H>> {
     HOLDS
         .try_with(|holds| {
             let mut holds = holds.borrow_mut();
-            let local = holds.get_mut(&(client, Arc::clone(lock_key)))?;
+            let local = holds.get_mut(&(owner, Arc::clone(lock_key)))?;
+            let hold = Arc::clone(&local.hold).downcast::<H>().ok()?;
             local.count += 1;
-            Some(Arc::clone(&local.hold))
+            Some(hold)
         })
         .ok()
         .flatten()
 }
 
 /// Records the first hold of a lock by this thread.
-pub(crate) fn enter(client: u64, lock_key: &Arc<str>, hold: Arc<Hold>) {
+pub(crate) fn enter<H: Any + Send + Sync>(owner: u64, lock_key: &Arc<str>, hold: Arc<H>) {
     // Fails only while the thread is being torn down; the guard still releases then.
     let _ = HOLDS.try_with(|holds| {
         holds
             .borrow_mut()
-            .insert((client, Arc::clone(lock_key)), LocalHold { count: 1, hold });
+            .insert((owner, Arc::clone(lock_key)), LocalHold { count: 1, hold });
     });
 }
 
 /// Counts one hold less. Returns `true` when that was the outermost one, so the caller must
-/// release the lock in Redis.
-pub(crate) fn exit(client: u64, lock_key: &Arc<str>) -> bool {
+/// release the lock.
+pub(crate) fn exit(owner: u64, lock_key: &Arc<str>) -> bool {
     HOLDS
         .try_with(|holds| {
             let mut holds = holds.borrow_mut();
-            let key = (client, Arc::clone(lock_key));
+            let key = (owner, Arc::clone(lock_key));
             match holds.get_mut(&key) {
                 Some(local) if local.count > 1 => {
                     local.count -= 1;
@@ -65,12 +77,12 @@ pub(crate) fn exit(client: u64, lock_key: &Arc<str>) -> bool {
 }
 
 /// How many times this thread holds the lock now.
-pub(crate) fn count(client: u64, lock_key: &Arc<str>) -> usize {
+pub(crate) fn count(owner: u64, lock_key: &Arc<str>) -> usize {
     HOLDS
         .try_with(|holds| {
             holds
                 .borrow()
-                .get(&(client, Arc::clone(lock_key)))
+                .get(&(owner, Arc::clone(lock_key)))
                 .map_or(0, |l| l.count)
         })
         .unwrap_or(0)

@@ -1,6 +1,5 @@
 //! `RedlockGuard`: proof of holding a lock on a majority of a Redlock's instances.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +11,7 @@ use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
 use crate::keys::LockKeys;
-use crate::lease::{LeaseState, LeaseWatch, LostReason, PoisonInfo};
+use crate::lease::{reentrancy, LeaseState, LeaseWatch, LostReason, PoisonInfo};
 use crate::stats::Counters;
 
 /// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
@@ -30,72 +29,30 @@ pub(crate) struct RedlockHold {
     pub(crate) acquired_at: Instant,
 }
 
-/// One hold of the current thread, and how many of its guards live.
-struct ThreadHold {
-    hold: Arc<RedlockHold>,
-    guards: usize,
-}
-
-impl ThreadHold {
-    fn is(&self, redlock: u64, name: &str) -> bool {
-        self.hold.inner.id == redlock && &*self.hold.name == name
+/// The hold of `name` on this thread, counted once more, if any. A hold whose lease was lost
+/// is not entered again: lost is final.
+pub(crate) fn reenter(redlock: u64, name: &Arc<str>) -> Result<Option<Arc<RedlockHold>>> {
+    let Some(hold) = reentrancy::reenter::<RedlockHold>(redlock, name) else {
+        return Ok(None);
+    };
+    if let Some(reason) = hold.state.lost_reason() {
+        reentrancy::exit(redlock, name);
+        return Err(Error::new(
+            ErrorKind::LockLost,
+            format!("cannot re-enter Redlock {name:?}: {}", reason.describe()),
+        ));
     }
-}
-
-thread_local! {
-    /// This thread's holds.
-    static HELD: RefCell<Vec<ThreadHold>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The hold of `name` on this thread, counted once more, if any.
-pub(crate) fn reenter(redlock: u64, name: &str) -> Option<Arc<RedlockHold>> {
-    HELD.try_with(|held| {
-        let mut held = held.borrow_mut();
-        let entry = held
-            .iter_mut()
-            .find(|h| h.is(redlock, name) && !h.hold.is_released())?;
-        entry.guards += 1;
-        Some(Arc::clone(&entry.hold))
-    })
-    .ok()
-    .flatten()
+    Ok(Some(hold))
 }
 
 /// How many guards of `name` this thread holds.
-pub(crate) fn hold_count(redlock: u64, name: &str) -> usize {
-    HELD.try_with(|held| {
-        held.borrow()
-            .iter()
-            .find(|h| h.is(redlock, name))
-            .map_or(0, |h| h.guards)
-    })
-    .unwrap_or(0)
-}
-
-fn enter(hold: &Arc<RedlockHold>) {
-    let _ = HELD.try_with(|held| {
-        held.borrow_mut().push(ThreadHold {
-            hold: Arc::clone(hold),
-            guards: 1,
-        });
-    });
+pub(crate) fn hold_count(redlock: u64, name: &Arc<str>) -> usize {
+    reentrancy::count(redlock, name)
 }
 
 /// Counts one guard of `hold` out; returns whether it was the last.
-fn leave(hold: &Arc<RedlockHold>) -> bool {
-    HELD.try_with(|held| {
-        let mut held = held.borrow_mut();
-        let Some(at) = held.iter().position(|h| Arc::ptr_eq(&h.hold, hold)) else {
-            return true;
-        };
-        held[at].guards -= 1;
-        if held[at].guards == 0 {
-            held.swap_remove(at);
-            return true;
-        }
-        false
-    })
-    .unwrap_or(true)
+fn leave(hold: &RedlockHold) -> bool {
+    reentrancy::exit(hold.inner.id, &hold.name)
 }
 
 impl RedlockHold {
@@ -238,7 +195,7 @@ pub struct RedlockGuard {
 impl RedlockGuard {
     pub(crate) fn new(hold: Arc<RedlockHold>, reentered: bool) -> Self {
         if !reentered {
-            enter(&hold);
+            reentrancy::enter(hold.inner.id, &hold.name, Arc::clone(&hold));
         }
         RedlockGuard {
             hold,

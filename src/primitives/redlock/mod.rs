@@ -15,13 +15,12 @@ mod mutex;
 mod quorum;
 mod renewal;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::lease::Handle;
+use crate::lease::{reentrancy, Handle};
 use crate::stats::{Background, Counters, Stats};
 use crate::IntoAddress;
 
@@ -39,8 +38,6 @@ const MAX_DEFAULT_INSTANCE_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// The kind its events name.
 pub(crate) const KIND: &str = "Redlock";
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A lock manager over several independent Redis masters (no replication between them): a
 /// lock is held while a majority of them hold it, so that losing a minority of the masters
@@ -167,7 +164,7 @@ impl Redlock {
         let quorum = instances.len() / 2 + 1;
         Ok(Redlock {
             inner: Arc::new(RedlockCore {
-                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                id: reentrancy::new_owner(),
                 instances,
                 quorum,
                 instance_timeout: None,

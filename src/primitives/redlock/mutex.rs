@@ -142,7 +142,7 @@ impl RedlockMutex {
     /// An acquire, counted and told to the event handlers as a client's are.
     fn acquire(&self, deadline: Option<Instant>) -> Result<Option<RedlockGuard>> {
         let counters = &self.inner.counters;
-        if let Some(hold) = guard::reenter(self.inner.id, &self.name) {
+        if let Some(hold) = guard::reenter(self.inner.id, &self.name)? {
             Counters::add(&counters.reentries, 1);
             return Ok(Some(RedlockGuard::new(hold, true)));
         }
