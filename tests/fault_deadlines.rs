@@ -38,7 +38,7 @@ fn a_silent_server_costs_every_call_one_timeout_never_two() {
         format!("redis://locker:secret@127.0.0.1:{port}/3"),
     ] {
         // Each try of a blocking `lock()` costs one timeout; without patience it is one try
-        // (with it, `lock()` tries again until the patience is spent: tests/faults.rs).
+        // (with it, `lock()` tries again until the patience is spent: tests/fault_outages.rs).
         let client = Client::builder()
             .connect_timeout(TIMEOUT)
             .response_timeout(TIMEOUT)
