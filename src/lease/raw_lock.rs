@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
-use crate::connection::Conn;
+use crate::connection::{Conn, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
@@ -44,6 +44,16 @@ fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str>
 struct Contact {
     sent_at: Instant,
     server_ms: i64,
+}
+
+/// One attempt as sent: its lock's keys, token and lease, when it was sent, and whether it
+/// was the first attempt of its acquire.
+struct Sent<'a> {
+    keys: &'a Arc<LockKeys>,
+    token: &'a str,
+    lease: Duration,
+    at: Instant,
+    first: bool,
 }
 
 /// A named lock of one protocol, made from one client. Cheap to clone.
@@ -552,86 +562,18 @@ impl RawLock {
         // Set when a plain take left the lock holding the token before the script's reply.
         let took = Cell::new(false);
         loop {
-            let sent_at = Instant::now();
+            let sent = Sent {
+                keys,
+                token,
+                lease,
+                at: Instant::now(),
+                first,
+            };
             let reply = ctx.call_once(&keys.lock, doing, |c| {
-                Counters::add(&ctx.counters.attempts, 1);
-                // Replicas must hold the lease: the script and `WAIT`, in one round trip.
-                if let Some((replicas, timeout)) = ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
-                    let (reply, got): (AcquireReply, i64) =
-                        call.invoke_and_wait(c, replicas, timeout)?;
-                    let acks = (reply.taken == 1).then_some((got, replicas));
-                    return Ok((reply, acks));
-                }
-                let reply: AcquireReply = match plainly {
-                    true => plain_take::acquire(
-                        c,
-                        (keys, token, acquire.lease_ms()),
-                        (
-                            queue,
-                            self.protocol
-                                .queue_before_plain_take()
-                                .then_some(keys.queue.as_str()),
-                        ),
-                        (
-                            |c: &mut Conn| call.invoke(c),
-                            || self.protocol.release(keys, token),
-                        ),
-                        &took,
-                    )?,
-                    false => call.invoke(c)?,
-                };
-                Ok((reply, None))
+                self.send_attempt(c, &acquire, &call, plainly, &took)
             });
             return match reply {
-                Ok((AcquireReply { taken: 1, .. }, Some(acks))) if ctx.too_few_acks(acks) => {
-                    self.roll_back(keys, token, sent_at + lease);
-                    ctx.connections.replicas_short(&keys.lock);
-                    Err(ctx.not_replicated(acks, "the acquire; it was rolled back"))
-                }
-                Ok((
-                    AcquireReply {
-                        taken: 1,
-                        value: fencing_token,
-                        payload,
-                        ..
-                    },
-                    _,
-                )) => {
-                    let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
-                    ctx.seeded.saw(&keys.fence, fencing_token);
-                    let counted = sent_at + ctx.counted(lease);
-                    // Won after a wait: the attempts may have left the client a place among
-                    // the lock's waiting clients, which its release sets right.
-                    let cohort = self.passes_on().then(|| (Cohort::start(), !first));
-                    let guard = self.acquired(keys, token, fencing_token, counted, cohort)?;
-                    Ok(Attempt::Acquired(guard.with_payload(payload)))
-                }
-                Ok((
-                    AcquireReply {
-                        taken: 0,
-                        value: wait_ms,
-                        server_ms,
-                        ..
-                    },
-                    _,
-                )) => {
-                    if let (Some(contact), Some(server_ms)) = (contact, server_ms) {
-                        contact.set(Some(Contact { sent_at, server_ms }));
-                    }
-                    // A negative time: the holder does not announce its release.
-                    let release = match wait_ms < 0 {
-                        true => Release::Unannounced,
-                        false => Release::Announced,
-                    };
-                    Ok(Attempt::Held(
-                        Duration::from_millis(wait_ms.unsigned_abs()),
-                        release,
-                    ))
-                }
-                Ok((AcquireReply { taken, value, .. }, _)) => Err(Error::new(
-                    ErrorKind::Server,
-                    format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
-                )),
+                Ok((reply, acks)) => self.attempt_outcome(reply, acks, &sent, contact, doing),
                 // The lock may be ours without our knowing, or a plain `SET` took it and the
                 // script refused to finish the take (an ACL without `EVALSHA`): the token is
                 // never used again, so the lock is removed off this path.
@@ -640,11 +582,116 @@ impl RawLock {
                         resent = true;
                         continue;
                     }
-                    self.clean_up_later(keys, token, sent_at + lease);
+                    self.clean_up_later(keys, token, sent.at + lease);
                     Err(err)
                 }
                 Err(err) => Err(err),
             };
+        }
+    }
+
+    /// The round trip of one attempt on connection `c`: the script and `WAIT` when replicas
+    /// must hold the lease (the acknowledgements, as (got, asked), of a lock taken), else
+    /// plain commands when `plainly` (`took` is set if they left the lock holding the token),
+    /// else the script.
+    #[inline]
+    fn send_attempt(
+        &self,
+        c: &mut Conn,
+        acquire: &AcquireCall<'_>,
+        call: &LazyCell<ScriptCall, impl FnOnce() -> ScriptCall>,
+        plainly: bool,
+        took: &Cell<bool>,
+    ) -> redis::RedisResult<(AcquireReply, Option<(i64, u32)>)> {
+        let ctx = &self.ctx;
+        Counters::add(&ctx.counters.attempts, 1);
+        // Replicas must hold the lease: the script and `WAIT`, in one round trip.
+        if let Some((replicas, timeout)) = ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
+            let (reply, got): (AcquireReply, i64) = call.invoke_and_wait(c, replicas, timeout)?;
+            let acks = (reply.taken == 1).then_some((got, replicas));
+            return Ok((reply, acks));
+        }
+        if !plainly {
+            return Ok((call.invoke(c)?, None));
+        }
+        let (keys, token) = (acquire.keys, acquire.token);
+        let queue = self
+            .protocol
+            .queue_before_plain_take()
+            .then_some(keys.queue.as_str());
+        let reply = plain_take::acquire(
+            c,
+            (keys, token, acquire.lease_ms()),
+            (acquire.queue, queue),
+            (
+                |c: &mut Conn| call.invoke(c),
+                || self.protocol.release(keys, token),
+            ),
+            took,
+        )?;
+        Ok((reply, None))
+    }
+
+    /// What an attempt's reply means: the guard of a lock taken (given back when too few
+    /// replicas acknowledged it), or how long the holder may keep it.
+    #[inline]
+    fn attempt_outcome(
+        &self,
+        reply: AcquireReply,
+        acks: Option<(i64, u32)>,
+        sent: &Sent<'_>,
+        contact: Option<&Cell<Option<Contact>>>,
+        doing: Doing<'_>,
+    ) -> Result<Attempt<LeaseGuard>> {
+        let ctx = &self.ctx;
+        let (keys, token) = (sent.keys, sent.token);
+        if let Some(acks) = acks.filter(|&a| reply.taken == 1 && ctx.too_few_acks(a)) {
+            self.roll_back(keys, token, sent.at + sent.lease);
+            ctx.connections.replicas_short(&keys.lock);
+            return Err(ctx.not_replicated(acks, "the acquire; it was rolled back"));
+        }
+        match reply {
+            AcquireReply {
+                taken: 1,
+                value: fencing_token,
+                payload,
+                ..
+            } => {
+                let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
+                ctx.seeded.saw(&keys.fence, fencing_token);
+                let counted = sent.at + ctx.counted(sent.lease);
+                // Won after a wait: the attempts may have left the client a place among the
+                // lock's waiting clients, which its release sets right.
+                let cohort = self.passes_on().then(|| (Cohort::start(), !sent.first));
+                let guard = self.acquired(keys, token, fencing_token, counted, cohort)?;
+                Ok(Attempt::Acquired(guard.with_payload(payload)))
+            }
+            AcquireReply {
+                taken: 0,
+                value: wait_ms,
+                server_ms,
+                ..
+            } => {
+                if let (Some(contact), Some(server_ms)) = (contact, server_ms) {
+                    contact.set(Some(Contact {
+                        sent_at: sent.at,
+                        server_ms,
+                    }));
+                }
+                // A negative time: the holder does not announce its release.
+                let release = match wait_ms < 0 {
+                    true => Release::Unannounced,
+                    false => Release::Announced,
+                };
+                Ok(Attempt::Held(
+                    Duration::from_millis(wait_ms.unsigned_abs()),
+                    release,
+                ))
+            }
+            AcquireReply { taken, value, .. } => Err(Error::new(
+                ErrorKind::Server,
+                format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
+            )),
         }
     }
 

@@ -25,7 +25,9 @@ use crate::error::Result;
 use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
-pub(crate) use gate::{Baton, Cohort, Entered, Gates, Passed, Place, Taker, COHORT_PASSES};
+pub(crate) use gate::{
+    Baton, Cohort, Entered, GatePass, Gates, Passed, Place, Taker, COHORT_PASSES,
+};
 pub(crate) use pause::Pause;
 pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 
@@ -138,37 +140,20 @@ pub(crate) fn contend<W>(
     // Releases that name one client: its threads pass the turn on (see `attempt` above).
     // Other releases wake every waiter, and each leader attempts.
     let named = filter.is_some();
-    let (subscription, mut skip_attempt) = match (pass.take_baton(), early) {
-        // The lock is a sibling's, and this client waits in Redis: wait for its turn.
-        (Some(baton), _) => (
-            Some(baton.subscription),
-            Some((baton.seen, KEPT_PLACE_RECHECK, Release::Announced)),
-        ),
-        // Nobody led meanwhile: the failed attempt still stands.
-        (None, Some((sub, seen, ttl, release))) if !pass.waited => {
-            (Some(sub), Some((seen, ttl, release)))
-        }
-        _ => (w.subscriber.subscribe(channel, filter), None),
-    };
+    let (subscription, earlier) = leader_subscription(w, &pass, early, (channel, filter));
     let mut pause = Pause::new(subscription, w.config);
-    let fresh = skip_attempt.is_none();
-    if fresh {
+    if earlier.is_none() {
         w.confirm(&pause, deadline);
     }
     let seen = pause.seen();
     pass.listen(pause.signal(), taker);
-    // A sibling holds the lock still, now that this thread listens (for a pass) and its
-    // subscription is confirmed (for the announcement of its client's turn, which the
-    // sibling's release keeps): nothing to attempt first. Checked only now: a release
-    // before this point was neither a pass to this thread nor surely heard by it.
-    if fresh
-        && named
-        && pass.entered == Entered::SiblingHeld
-        && pause.is_live()
-        && pass.sibling_holds()
-    {
-        skip_attempt = Some((seen, KEPT_PLACE_RECHECK, Release::Announced));
-    }
+    let mut skip_attempt = earlier.or_else(|| {
+        sibling_holds(&pass, &pause, named).then_some((
+            seen,
+            KEPT_PLACE_RECHECK,
+            Release::Announced,
+        ))
+    });
     // Only a first attempt before any wait: an attempt after an announcement that named
     // this client takes the lock.
     let mut yielded = pass.entered == Entered::Yielded && skip_attempt.is_none();
@@ -181,9 +166,7 @@ pub(crate) fn contend<W>(
             let won = take_over(passed);
             if won.is_ok() && more {
                 let seen = pause.seen();
-                if let Some(subscription) = pause.take_subscription() {
-                    pass.hand_over(Baton { subscription, seen });
-                }
+                hand_subscription_on(&pass, &mut pause, seen);
             }
             return wait.finish(won.map(Some));
         }
@@ -191,21 +174,17 @@ pub(crate) fn contend<W>(
             Some(earlier) => earlier,
             None => {
                 let seen = pause.seen();
-                let more = named && pass.others_inside();
-                // The first attempt of a client that just gave the lock up waits behind the
-                // clients it gave it to.
-                let after = named && std::mem::replace(&mut yielded, false);
-                let overdue = waited && led_at.elapsed() >= OVERDUE;
-                match attempt(Turn {
-                    more,
-                    after,
-                    overdue,
-                }) {
+                let turn = Turn {
+                    more: named && pass.others_inside(),
+                    // The first attempt of a client that just gave the lock up waits behind
+                    // the clients it gave it to.
+                    after: named && std::mem::replace(&mut yielded, false),
+                    overdue: waited && led_at.elapsed() >= OVERDUE,
+                };
+                match attempt(turn) {
                     Ok(Attempt::Acquired(won)) => {
-                        if more {
-                            if let Some(subscription) = pause.take_subscription() {
-                                pass.hand_over(Baton { subscription, seen });
-                            }
+                        if turn.more {
+                            hand_subscription_on(&pass, &mut pause, seen);
                         }
                         return wait.finish(Ok(Some(won)));
                     }
@@ -218,6 +197,49 @@ pub(crate) fn contend<W>(
             return wait.finish(Ok(None));
         }
         waited = named;
+    }
+}
+
+/// The outcome of an attempt that a leader need not make again: the wake-ups seen before
+/// it, the holder's remaining lease, and how the holder releases.
+type Earlier = (u64, Duration, Release);
+
+/// The subscription a new leader waits with, and the attempt it need not make: a baton's,
+/// when the previous leader left the lock to a sibling and this client waits in Redis for
+/// its turn; the early one, when nobody led since the failed first attempt; else a new
+/// subscription, and an attempt to make.
+fn leader_subscription(
+    w: WaitContext<'_>,
+    pass: &GatePass<'_>,
+    early: Option<(Subscription, u64, Duration, Release)>,
+    (channel, filter): (&Arc<str>, Option<Arc<str>>),
+) -> (Option<Subscription>, Option<Earlier>) {
+    match (pass.take_baton(), early) {
+        (Some(baton), _) => (
+            Some(baton.subscription),
+            Some((baton.seen, KEPT_PLACE_RECHECK, Release::Announced)),
+        ),
+        (None, Some((sub, seen, ttl, release))) if !pass.waited => {
+            (Some(sub), Some((seen, ttl, release)))
+        }
+        _ => (w.subscriber.subscribe(channel, filter), None),
+    }
+}
+
+/// Whether a sibling holds the lock still, now that this leader listens (for a pass) and
+/// its subscription is confirmed (for the announcement of its client's turn, which the
+/// sibling's release keeps): then it has nothing to attempt first. Asked only then: a
+/// release before was neither a pass to this thread nor surely heard by it.
+fn sibling_holds(pass: &GatePass<'_>, pause: &Pause, named: bool) -> bool {
+    named && pass.entered == Entered::SiblingHeld && pause.is_live() && pass.sibling_holds()
+}
+
+/// Hands this leader's subscription on to the next leader of its client, with the count of
+/// wake-ups `seen` before its last attempt (an announcement during the attempt still wakes
+/// the next leader).
+fn hand_subscription_on(pass: &GatePass<'_>, pause: &mut Pause, seen: u64) {
+    if let Some(subscription) = pause.take_subscription() {
+        pass.hand_over(Baton { subscription, seen });
     }
 }
 
