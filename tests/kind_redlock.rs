@@ -24,6 +24,7 @@ fn client(server: &RedisServer) -> Client {
         .response_timeout(Duration::from_millis(500))
         .default_lease(Duration::from_secs(2))
         .renewal_interval(Duration::from_millis(300))
+        .outage_patience(Duration::from_secs(2))
         .open(server.url())
         .unwrap()
 }
@@ -136,10 +137,59 @@ fn one_instance_down_is_tolerated_and_two_of_three_are_a_clear_error_in_time() {
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
     assert!(err.to_string().contains("1 of 3"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
-    // lock() without a deadline fails too, instead of hanging.
+    // lock() without a deadline fails too, after the outage patience (2 s), instead of
+    // hanging.
     let m3 = m.clone();
     let err = within(LIMIT, move || m3.lock().map(drop)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(redlock.stats().outage_retries > 0);
+}
+
+/// A blocking `lock()` rides through a majority of instances going away and coming back
+/// once the Redlock has reached a majority, as a client's does through an outage; a Redlock
+/// that never reached one fails at once.
+#[test]
+fn a_blocking_lock_rides_through_a_majority_restart_once_a_majority_was_reached() {
+    let mut s = servers(3);
+    let patient = Redlock::builder()
+        .default_lease(Duration::from_secs(2))
+        .outage_patience(LIMIT)
+        .open(s.iter().map(|s| s.url()))
+        .unwrap();
+    let m = patient.mutex("through");
+    drop(m.lock().unwrap()); // a majority was reached
+    s[0].kill();
+    s[1].kill();
+    let (done, outcome) = std::sync::mpsc::channel();
+    let waiter = m.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(waiter.lock().map(|g| g.fencing_token()));
+    });
+    assert!(
+        outcome.recv_timeout(Duration::from_secs(1)).is_err(),
+        "lock() gave up while the majority was away"
+    );
+    s[0].restart();
+    s[1].restart();
+    let token = outcome.recv_timeout(LIMIT).expect("lock() never returned");
+    assert!(token.is_ok(), "{token:?}");
+    assert!(patient.stats().outage_retries > 0);
+
+    let refused: Vec<String> = (0..3)
+        .map(|_| format!("redis://127.0.0.1:{}/", support::free_port()))
+        .collect();
+    let never = Redlock::builder()
+        .outage_patience(LIMIT)
+        .open(refused)
+        .unwrap();
+    let started = Instant::now();
+    let err = within(LIMIT, move || never.mutex("never").lock().map(drop)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(
+        started.elapsed() < LIMIT / 2,
+        "a Redlock that never reached its instances waited {:?}",
+        started.elapsed()
+    );
 }
 
 #[test]

@@ -25,7 +25,7 @@ use crate::lease::replication::LeaseWrite;
 use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Cohort, Passed, Release, Subscription, Taker, Turn};
+use crate::waiting::{self, Attempt, Cohort, Outage, Passed, Release, Subscription, Taker, Turn};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -236,35 +236,14 @@ impl RawLock {
         keys: &Arc<LockKeys>,
         lease: Duration,
         deadline: Option<Instant>,
-        mut result: Result<Option<LeaseGuard>>,
+        result: Result<Option<LeaseGuard>>,
     ) -> Result<Option<LeaseGuard>> {
-        if !self.ctx.connections.reached() {
-            return result;
-        }
-        let config = &self.ctx.config;
-        let mut until = Instant::now()
-            .checked_add(config.outage_patience)
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
-        if let Some(deadline) = deadline {
-            until = until.min(deadline);
-        }
-        let mut backoff = waiting::Backoff::new(config.backoff_base, config.backoff_cap);
-        while let Err(e) = &result {
-            if !e.is_transient() {
-                break;
-            }
-            // The last try is made when the patience (or the deadline) ends.
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            let delay = backoff.next_delay().max(config.backoff_base).min(left);
-            log::debug!("redmutex: {e}; trying again in {delay:?}");
-            Counters::add(&self.ctx.counters.outage_retries, 1);
-            std::thread::sleep(delay);
-            result = self.acquire_once(keys, lease, deadline, true);
-        }
-        result
+        let ctx = &self.ctx;
+        Outage::new(&ctx.config, ctx.connections.reached(), &ctx.counters).ride_through(
+            deadline,
+            result,
+            || self.acquire_once(keys, lease, deadline, true),
+        )
     }
 
     /// Tells the client's event handlers how an acquire ended.

@@ -13,6 +13,7 @@
 
 mod backoff;
 mod gate;
+mod outage;
 mod pause;
 mod subscriber;
 
@@ -28,6 +29,7 @@ pub(crate) use backoff::Backoff;
 pub(crate) use gate::{
     Baton, Cohort, Entered, GatePass, Gates, Passed, Place, Taker, COHORT_PASSES,
 };
+pub(crate) use outage::Outage;
 pub(crate) use pause::Pause;
 pub(crate) use subscriber::{Signal, Subscriber, Subscription};
 

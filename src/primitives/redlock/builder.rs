@@ -93,6 +93,13 @@ impl RedlockBuilder {
         self.with_client(|b| b.backoff(base, cap))
     }
 
+    /// How long a blocking `lock()` keeps trying while too few instances answer to make a
+    /// majority, once a majority was reached (see [`Builder::outage_patience`]). Defaults
+    /// to 20 seconds.
+    pub fn outage_patience(self, patience: Duration) -> Self {
+        self.with_client(|b| b.outage_patience(patience))
+    }
+
     /// How long connecting to one instance may take (see [`Builder::connect_timeout`]).
     /// A round connects within the per-instance timeout whatever this is; this bounds the
     /// calls outside rounds (the announcements, the waiters' subscriptions). Defaults to 5
@@ -187,6 +194,13 @@ pub(super) fn first_conflict(clients: &[Client]) -> Option<Error> {
                 "renewal interval",
                 format!("{:?}", a.renewal_interval),
                 format!("{:?}", b.renewal_interval),
+            ));
+        }
+        if a.outage_patience != b.outage_patience {
+            return Some(differs(
+                "outage patience",
+                format!("{:?}", a.outage_patience),
+                format!("{:?}", b.outage_patience),
             ));
         }
         if (a.backoff_base, a.backoff_cap) != (b.backoff_base, b.backoff_cap) {

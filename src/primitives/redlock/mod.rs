@@ -22,6 +22,7 @@ use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::lease::{reentrancy, Handle};
 use crate::stats::{Background, Counters, Stats};
+use crate::waiting::Outage;
 use crate::IntoAddress;
 
 pub use builder::RedlockBuilder;
@@ -107,6 +108,8 @@ pub(crate) struct RedlockCore {
     default_lease: Duration,
     renewal_interval: Duration,
     backoff: (Duration, Duration),
+    /// How long a blocking acquire rides through too few instances answering.
+    outage_patience: Duration,
     renewal: Renewal,
     /// What the Redlock's calls counted, and the handlers its builder was given.
     counters: Arc<Counters>,
@@ -129,7 +132,8 @@ impl Redlock {
     ///
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, when two
     /// clients reach the same server, or when two clients disagree on the default lease, the
-    /// renewal interval or the backoff (the error names the setting and both values).
+    /// renewal interval, the outage patience or the backoff (the error names the setting and
+    /// both values).
     pub fn new<I>(clients: I) -> Result<Redlock>
     where
         I: IntoIterator<Item = Client>,
@@ -171,6 +175,7 @@ impl Redlock {
                 default_lease,
                 renewal_interval,
                 backoff,
+                outage_patience: config.outage_patience,
                 renewal: Renewal::default(),
                 counters: Arc::new(Counters::new(config.events.clone())),
             }),
@@ -216,6 +221,7 @@ impl Redlock {
             default_lease: self.inner.default_lease,
             renewal_interval: self.inner.renewal_interval,
             backoff: self.inner.backoff,
+            outage_patience: self.inner.outage_patience,
             renewal: Renewal::default(),
             counters: Arc::clone(&self.inner.counters),
         };
@@ -272,6 +278,22 @@ impl RedlockCore {
         self.instance_timeout
             .unwrap_or_else(|| (lease / 20).min(MAX_DEFAULT_INSTANCE_TIMEOUT))
             .max(Duration::from_millis(1))
+    }
+
+    /// The outage rule of a blocking acquire: it rides through too few instances answering
+    /// once a majority of them was reached.
+    fn outage(&self) -> Outage<'_> {
+        let reached = self
+            .instances
+            .iter()
+            .filter(|i| i.ctx.connections.reached())
+            .count();
+        Outage::with(
+            reached >= self.quorum,
+            self.outage_patience,
+            self.backoff,
+            &self.counters,
+        )
     }
 
     /// The clock drift allowed for a lease: 1% of it plus 2 ms.

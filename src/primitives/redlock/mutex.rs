@@ -172,9 +172,27 @@ impl RedlockMutex {
         result
     }
 
+    /// A new acquire, through an outage as a client's blocking acquire rides through one
+    /// (see [`RedlockBuilder::outage_patience`](crate::RedlockBuilder::outage_patience)).
     fn acquire_new(&self, deadline: Option<Instant>) -> Result<Option<RedlockGuard>> {
         let keys = self.keys()?;
         let lease = self.lease()?;
+        let result = self.acquire_once(keys, lease, deadline);
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return result;
+        }
+        self.inner.outage().ride_through(deadline, result, || {
+            self.acquire_once(keys, lease, deadline)
+        })
+    }
+
+    /// One acquire, with new tokens: a round, and the waiting loop when the caller may wait.
+    fn acquire_once(
+        &self,
+        keys: &Arc<Vec<LockKeys>>,
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<RedlockGuard>> {
         if let Some(guard) = self.attempt(keys, lease)? {
             return Ok(Some(guard));
         }

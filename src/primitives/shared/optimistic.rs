@@ -22,7 +22,7 @@ use crate::events::Updated;
 use crate::keys::LockKeys;
 use crate::lease::scripts::with_fence;
 use crate::stats::Counters;
-use crate::waiting::Backoff;
+use crate::waiting::{Backoff, Outage};
 
 /// Writes a value if nothing changed since it was read: see `update.lua`.
 pub(super) static UPDATE: LazyLock<Script> =
@@ -210,8 +210,8 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         // with another write: up to the time the try took, doubling.
         let mut waits = Backoff::new(config.backoff_base, config.backoff_cap);
         let mut collisions = Backoff::new(config.backoff_base, config.backoff_cap);
-        // Since when errors that may pass have kept this update from trying.
-        let mut outage: Option<Instant> = None;
+        // Errors that may pass keep this update from trying.
+        let mut outage = Outage::new(config, ctx.connections.reached(), &ctx.counters);
         loop {
             ctx.ensure_open()?;
             let try_began = Instant::now();
@@ -219,26 +219,21 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             let delay = match tried {
                 Ok(Tried::Done(out, written)) => return Ok((out, written)),
                 Ok(Tried::Held) => {
-                    outage = None;
+                    outage.over();
                     *conflicts = conflicts.saturating_add(1);
                     waits.next_delay()
                 }
                 Ok(Tried::Collided) => {
-                    outage = None;
+                    outage.over();
                     *conflicts = conflicts.saturating_add(1);
                     collisions.next_delay_from(try_began.elapsed().max(MIN_COLLISION_BASE))
                 }
                 // Nothing was written: try again while the outage may pass.
                 Err(e) if e.is_transient() && !e.outcome_unknown() => {
-                    let since = *outage.get_or_insert_with(Instant::now);
-                    if !ctx.connections.reached()
-                        || since.elapsed() >= config.outage_patience
-                        || deadline.is_some_and(|d| Instant::now() >= d)
-                    {
-                        return Err(e);
+                    match outage.retry_after(deadline) {
+                        Some(delay) => delay,
+                        None => return Err(e),
                     }
-                    Counters::add(&ctx.counters.outage_retries, 1);
-                    waits.next_delay().max(config.backoff_base)
                 }
                 Err(e) => return Err(e),
             };
