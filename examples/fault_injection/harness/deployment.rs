@@ -614,14 +614,42 @@ impl LockDeployment {
                 .nodes
                 .iter()
                 .all(|n| field(n, &["CLUSTER", "INFO"], "cluster_state").as_deref() == Some("ok")),
+            // The sentinels must see what the servers say, or a failover asked next finds
+            // no replica it may promote.
             Topology::Sentinel => {
                 let master = self.master().ok();
                 master.is_some_and(|m| {
                     field(m, &["INFO", "replication"], "connected_slaves").as_deref() == Some("2")
-                })
+                }) && self.sentinels_agree().is_some()
             }
         };
         links_up && settled
+    }
+
+    /// The master every sentinel names, when they all name the same one, see it up with
+    /// the two other sentinels, and see every other data node as a replica that is up (flags
+    /// `slave` alone: a failover promotes only such a replica); `None` otherwise.
+    fn sentinels_agree(&self) -> Option<String> {
+        let mut named: Option<String> = None;
+        for sentinel in &self.sentinels {
+            let view = sentinel_view(sentinel)?;
+            if *named.get_or_insert_with(|| view.master.clone()) != view.master {
+                return None;
+            }
+            let others: Vec<String> = self
+                .nodes
+                .iter()
+                .map(RedisProcess::addr)
+                .filter(|a| *a != view.master)
+                .collect();
+            if !(view.master_flags == "master"
+                && view.other_sentinels == "2"
+                && others.iter().all(|a| view.replicas_up.contains(a)))
+            {
+                return None;
+            }
+        }
+        named
     }
 
     /// Under Sentinel: every sentinel names the same master, sees it up with both replicas
@@ -634,28 +662,7 @@ impl LockDeployment {
         let info = |n: &RedisProcess, name: &str| field(n, &["INFO", "replication"], name);
         match self.topology {
             Topology::Sentinel => {
-                let mut named: Option<String> = None;
-                for sentinel in &self.sentinels {
-                    let Some(view) = sentinel_view(sentinel) else {
-                        return false;
-                    };
-                    if *named.get_or_insert_with(|| view.master.clone()) != view.master {
-                        return false;
-                    }
-                    let others: Vec<String> = self
-                        .nodes
-                        .iter()
-                        .map(RedisProcess::addr)
-                        .filter(|a| *a != view.master)
-                        .collect();
-                    if !(view.master_flags == "master"
-                        && view.other_sentinels == "2"
-                        && others.iter().all(|a| view.replicas_up.contains(a)))
-                    {
-                        return false;
-                    }
-                }
-                let Some(master) = named else {
+                let Some(master) = self.sentinels_agree() else {
                     return false;
                 };
                 self.nodes.iter().all(|n| {
