@@ -1,11 +1,15 @@
 //! One acquisition of a lock: what its guards need to renew, extend, check and release it.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
+use std::thread::LocalKey;
 use std::time::{Duration, Instant};
 
+use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
 use crate::lease::protocol::Protocol;
+use crate::lease::reentrancy::{Held, HoldTable};
 use crate::lease::state::LeaseState;
 use crate::waiting::Cohort;
 
@@ -30,6 +34,17 @@ pub(crate) struct Hold {
     /// The run of holds by this client's threads that it belongs to, when its release may
     /// pass the lock to another of them (a `Mutex` taken by one thread); `None`: it may not.
     pub(crate) cohort: Option<Cohort>,
+}
+
+thread_local! {
+    /// This thread's holds through clients.
+    static HOLDS: HoldTable<Hold> = RefCell::new(FastHashMap::default());
+}
+
+impl Held for Hold {
+    fn table() -> &'static LocalKey<HoldTable<Hold>> {
+        &HOLDS
+    }
 }
 
 impl fmt::Debug for Hold {

@@ -171,7 +171,7 @@ impl RawLock {
         if self.keys.is_err() {
             return 0;
         }
-        reentrancy::count(self.ctx.id, &self.lock_key)
+        reentrancy::count::<Hold>(self.ctx.id, &self.lock_key)
     }
 
     /// Releases the lock whoever holds it. Returns whether a lock was there.
@@ -294,7 +294,7 @@ impl RawLock {
             return Ok(None);
         };
         if let Some(reason) = hold.lease.lost_reason() {
-            reentrancy::exit(self.ctx.id, &self.lock_key);
+            reentrancy::exit::<Hold>(self.ctx.id, &self.lock_key);
             return Err(Error::new(
                 ErrorKind::LockLost,
                 format!(
@@ -573,7 +573,6 @@ impl RawLock {
     /// must hold the lease (the acknowledgements, as (got, asked), of a lock taken), else
     /// plain commands when `plainly` (`took` is set if they left the lock holding the token),
     /// else the script.
-    #[inline]
     fn send_attempt(
         &self,
         c: &mut Conn,
@@ -613,7 +612,6 @@ impl RawLock {
 
     /// What an attempt's reply means: the guard of a lock taken (given back when too few
     /// replicas acknowledged it), or how long the holder may keep it.
-    #[inline]
     fn attempt_outcome(
         &self,
         reply: AcquireReply,

@@ -1,25 +1,30 @@
 //! The per-thread hold map: which locks this thread holds, through which owner (a client, or
 //! a Redlock over several), how many times. Re-entry is answered here without a round trip.
-//! One map serves every lessor: a hold is stored as `Any` and handed back as the type its
-//! lessor stored.
+//! Written once for every lessor: each kind of hold ([`Held`]) has its own table on each
+//! thread, so that a lookup costs no dynamic type check.
 
-use std::any::Any;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::LocalKey;
 
 use crate::fast_hash::FastHashMap;
 
 /// (owner id, lock key) — a lock held through one owner.
-type HoldKey = (u64, Arc<str>);
+pub(crate) type HoldKey = (u64, Arc<str>);
 
-struct LocalHold {
+/// A hold of this thread's, and how many of its guards live.
+pub(crate) struct LocalHold<H> {
     count: usize,
-    hold: Arc<dyn Any + Send + Sync>,
+    hold: Arc<H>,
 }
 
-thread_local! {
-    static HOLDS: RefCell<FastHashMap<HoldKey, LocalHold>> = RefCell::new(FastHashMap::default());
+/// One thread's table of the holds of one kind.
+pub(crate) type HoldTable<H> = RefCell<FastHashMap<HoldKey, LocalHold<H>>>;
+
+/// A kind of hold that the map keeps: it names its table, a `thread_local!` of its own.
+pub(crate) trait Held: Sized + 'static {
+    fn table() -> &'static LocalKey<HoldTable<Self>>;
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -31,23 +36,22 @@ pub(crate) fn new_owner() -> u64 {
 }
 
 /// When this thread holds the lock, counts one more hold and returns it.
-pub(crate) fn reenter<H: Any + Send + Sync>(owner: u64, lock_key: &Arc<str>) -> Option<Arc<H>> {
-    HOLDS
+pub(crate) fn reenter<H: Held>(owner: u64, lock_key: &Arc<str>) -> Option<Arc<H>> {
+    H::table()
         .try_with(|holds| {
             let mut holds = holds.borrow_mut();
             let local = holds.get_mut(&(owner, Arc::clone(lock_key)))?;
-            let hold = Arc::clone(&local.hold).downcast::<H>().ok()?;
             local.count += 1;
-            Some(hold)
+            Some(Arc::clone(&local.hold))
         })
         .ok()
         .flatten()
 }
 
 /// Records the first hold of a lock by this thread.
-pub(crate) fn enter<H: Any + Send + Sync>(owner: u64, lock_key: &Arc<str>, hold: Arc<H>) {
+pub(crate) fn enter<H: Held>(owner: u64, lock_key: &Arc<str>, hold: Arc<H>) {
     // Fails only while the thread is being torn down; the guard still releases then.
-    let _ = HOLDS.try_with(|holds| {
+    let _ = H::table().try_with(|holds| {
         holds
             .borrow_mut()
             .insert((owner, Arc::clone(lock_key)), LocalHold { count: 1, hold });
@@ -56,8 +60,8 @@ pub(crate) fn enter<H: Any + Send + Sync>(owner: u64, lock_key: &Arc<str>, hold:
 
 /// Counts one hold less. Returns `true` when that was the outermost one, so the caller must
 /// release the lock.
-pub(crate) fn exit(owner: u64, lock_key: &Arc<str>) -> bool {
-    HOLDS
+pub(crate) fn exit<H: Held>(owner: u64, lock_key: &Arc<str>) -> bool {
+    H::table()
         .try_with(|holds| {
             let mut holds = holds.borrow_mut();
             let key = (owner, Arc::clone(lock_key));
@@ -77,8 +81,8 @@ pub(crate) fn exit(owner: u64, lock_key: &Arc<str>) -> bool {
 }
 
 /// How many times this thread holds the lock now.
-pub(crate) fn count(owner: u64, lock_key: &Arc<str>) -> usize {
-    HOLDS
+pub(crate) fn count<H: Held>(owner: u64, lock_key: &Arc<str>) -> usize {
+    H::table()
         .try_with(|holds| {
             holds
                 .borrow()

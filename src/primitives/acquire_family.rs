@@ -10,6 +10,7 @@ use crate::error::{Error, ErrorKind, Result};
 /// The outcome of a blocking call (`call`, its name) whose acquire had no deadline: an
 /// acquire without one ends with the hold or an error, never with `None`; if it ever did,
 /// the caller gets a `Timeout` that names the call rather than a panic.
+#[inline]
 pub(crate) fn without_deadline<G>(call: &str, outcome: Result<Option<G>>) -> Result<G> {
     outcome?.ok_or_else(|| {
         Error::new(

@@ -136,6 +136,7 @@ impl<K: LockKind> Lock<K> {
         /// while others queue for it; its waiter that gives up leaves the queue.
     }
 
+    #[inline]
     fn take_until(&self, deadline: Option<Instant>) -> Result<Option<MutexGuard>> {
         Ok(self.raw.acquire(deadline)?.map(MutexGuard::new))
     }

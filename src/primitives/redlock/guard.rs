@@ -1,17 +1,21 @@
 //! `RedlockGuard`: proof of holding a lock on a majority of a Redlock's instances.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::thread::LocalKey;
 use std::time::{Duration, Instant};
 
 use super::{RedlockCore, KIND};
 use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
+use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
-use crate::lease::{reentrancy, LeaseState, LeaseWatch, LostReason, PoisonInfo};
+use crate::lease::reentrancy::{self, Held, HoldTable};
+use crate::lease::{LeaseState, LeaseWatch, LostReason, PoisonInfo};
 use crate::stats::Counters;
 
 /// One hold of a Redlock lock, shared by its re-entrant guards and the renewal thread.
@@ -29,6 +33,17 @@ pub(crate) struct RedlockHold {
     pub(crate) acquired_at: Instant,
 }
 
+thread_local! {
+    /// This thread's holds through Redlocks.
+    static HOLDS: HoldTable<RedlockHold> = RefCell::new(FastHashMap::default());
+}
+
+impl Held for RedlockHold {
+    fn table() -> &'static LocalKey<HoldTable<RedlockHold>> {
+        &HOLDS
+    }
+}
+
 /// The hold of `name` on this thread, counted once more, if any. A hold whose lease was lost
 /// is not entered again: lost is final.
 pub(crate) fn reenter(redlock: u64, name: &Arc<str>) -> Result<Option<Arc<RedlockHold>>> {
@@ -36,7 +51,7 @@ pub(crate) fn reenter(redlock: u64, name: &Arc<str>) -> Result<Option<Arc<Redloc
         return Ok(None);
     };
     if let Some(reason) = hold.state.lost_reason() {
-        reentrancy::exit(redlock, name);
+        reentrancy::exit::<RedlockHold>(redlock, name);
         return Err(Error::new(
             ErrorKind::LockLost,
             format!("cannot re-enter Redlock {name:?}: {}", reason.describe()),
@@ -47,12 +62,12 @@ pub(crate) fn reenter(redlock: u64, name: &Arc<str>) -> Result<Option<Arc<Redloc
 
 /// How many guards of `name` this thread holds.
 pub(crate) fn hold_count(redlock: u64, name: &Arc<str>) -> usize {
-    reentrancy::count(redlock, name)
+    reentrancy::count::<RedlockHold>(redlock, name)
 }
 
 /// Counts one guard of `hold` out; returns whether it was the last.
 fn leave(hold: &RedlockHold) -> bool {
-    reentrancy::exit(hold.inner.id, &hold.name)
+    reentrancy::exit::<RedlockHold>(hold.inner.id, &hold.name)
 }
 
 impl RedlockHold {
