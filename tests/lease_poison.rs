@@ -106,3 +106,49 @@ fn a_fair_lock_is_poisoned_and_released_too() {
         .expect("still held");
     assert!(g.poison().unwrap().is_some());
 }
+
+/// Readers and permit holders keep no token on the lock key: a panic while holding one
+/// releases the hold at once and leaves no poison record (none is claimed), so the record a
+/// writer or a `Mutex` of the same name reads is never a reader's.
+#[test]
+fn a_panicking_reader_or_permit_holder_releases_and_leaves_no_record() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let (reader, holder) = (client.clone(), client.clone());
+    let read = std::thread::spawn(move || {
+        let _r = reader.rwlock("catalog").read().unwrap();
+        panic!("simulated failure of a reader");
+    })
+    .join();
+    let permit = std::thread::spawn(move || {
+        let _p = holder.semaphore("exports", 2).acquire_many(2).unwrap();
+        panic!("simulated failure of a permit holder");
+    })
+    .join();
+    assert!(
+        read.is_err() && permit.is_err(),
+        "the threads were meant to panic"
+    );
+
+    // Released at once, not after a lease.
+    let writer = client
+        .rwlock("catalog")
+        .try_write()
+        .unwrap()
+        .expect("the panicking reader left its hold");
+    drop(writer);
+    assert_eq!(client.semaphore("exports", 2).available().unwrap(), 2);
+    // No record anywhere.
+    let records: Vec<String> = redis::cmd("KEYS")
+        .arg("*poison*")
+        .query(&mut server.conn())
+        .unwrap();
+    assert!(records.is_empty(), "{records:?}");
+    assert!(client
+        .mutex("catalog")
+        .lock()
+        .unwrap()
+        .poison()
+        .unwrap()
+        .is_none());
+}
