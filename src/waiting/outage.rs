@@ -79,7 +79,9 @@ impl<'a> Outage<'a> {
         Some(self.backoff.next_delay().max(self.base).min(left))
     }
 
-    /// A try got through: the outage, if one was under way, is over.
+    /// A try got through: the outage, if one was under way, is over. Used by the optimistic
+    /// updates of `Shared<T>` (the `serde` feature).
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn over(&mut self) {
         self.since = None;
     }
