@@ -10,7 +10,7 @@ use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
 use crate::lease::protocol::Protocol;
 use crate::lease::reentrancy::{Held, HoldTable};
-use crate::lease::state::LeaseState;
+use crate::lease::state::{LeaseState, LostReason};
 use crate::waiting::Cohort;
 
 /// A lock held by one thread, shared by all of its (re-entrant) guards.
@@ -44,6 +44,10 @@ thread_local! {
 impl Held for Hold {
     fn table() -> &'static LocalKey<HoldTable<Hold>> {
         &HOLDS
+    }
+
+    fn lost_reason(&self) -> Option<LostReason> {
+        self.lease.lost_reason()
     }
 }
 

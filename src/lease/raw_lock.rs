@@ -290,20 +290,20 @@ impl RawLock {
         if !self.protocol.reentrant() {
             return Ok(None);
         }
-        let Some(hold) = reentrancy::reenter::<Hold>(self.ctx.id, &self.lock_key) else {
-            return Ok(None);
+        let hold = match reentrancy::reenter::<Hold>(self.ctx.id, &self.lock_key) {
+            Ok(Some(hold)) => hold,
+            Ok(None) => return Ok(None),
+            Err(reason) => {
+                return Err(Error::new(
+                    ErrorKind::LockLost,
+                    format!(
+                        "cannot re-enter lock {:?}: {}",
+                        self.name,
+                        reason.describe()
+                    ),
+                ))
+            }
         };
-        if let Some(reason) = hold.lease.lost_reason() {
-            reentrancy::exit::<Hold>(self.ctx.id, &self.lock_key);
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                format!(
-                    "cannot re-enter lock {:?}: {}",
-                    self.name,
-                    reason.describe()
-                ),
-            ));
-        }
         Counters::add(&self.ctx.counters.reentries, 1);
         Ok(Some(LeaseGuard::new(Arc::clone(&self.ctx), hold)))
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::LocalKey;
 
 use crate::fast_hash::FastHashMap;
+use crate::lease::state::LostReason;
 
 /// (owner id, lock key) — a lock held through one owner.
 pub(crate) type HoldKey = (u64, Arc<str>);
@@ -22,9 +23,13 @@ pub(crate) struct LocalHold<H> {
 /// One thread's table of the holds of one kind.
 pub(crate) type HoldTable<H> = RefCell<FastHashMap<HoldKey, LocalHold<H>>>;
 
-/// A kind of hold that the map keeps: it names its table, a `thread_local!` of its own.
+/// A kind of hold that the map keeps: it names its table, a `thread_local!` of its own, and
+/// says whether its lease was lost.
 pub(crate) trait Held: Sized + 'static {
     fn table() -> &'static LocalKey<HoldTable<Self>>;
+
+    /// Why the hold's lease is lost, if it is.
+    fn lost_reason(&self) -> Option<LostReason>;
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -35,17 +40,25 @@ pub(crate) fn new_owner() -> u64 {
     NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
 }
 
-/// When this thread holds the lock, counts one more hold and returns it.
-pub(crate) fn reenter<H: Held>(owner: u64, lock_key: &Arc<str>) -> Option<Arc<H>> {
+/// When this thread holds the lock, counts one more hold and returns it; `Err` with the
+/// reason when its lease was lost (lost is final: it is not entered again).
+pub(crate) fn reenter<H: Held>(
+    owner: u64,
+    lock_key: &Arc<str>,
+) -> Result<Option<Arc<H>>, LostReason> {
     H::table()
         .try_with(|holds| {
             let mut holds = holds.borrow_mut();
-            let local = holds.get_mut(&(owner, Arc::clone(lock_key)))?;
+            let Some(local) = holds.get_mut(&(owner, Arc::clone(lock_key))) else {
+                return Ok(None);
+            };
+            if let Some(reason) = local.hold.lost_reason() {
+                return Err(reason);
+            }
             local.count += 1;
-            Some(Arc::clone(&local.hold))
+            Ok(Some(Arc::clone(&local.hold)))
         })
-        .ok()
-        .flatten()
+        .unwrap_or(Ok(None))
 }
 
 /// Records the first hold of a lock by this thread.

@@ -42,22 +42,21 @@ impl Held for RedlockHold {
     fn table() -> &'static LocalKey<HoldTable<RedlockHold>> {
         &HOLDS
     }
+
+    fn lost_reason(&self) -> Option<LostReason> {
+        self.state.lost_reason()
+    }
 }
 
 /// The hold of `name` on this thread, counted once more, if any. A hold whose lease was lost
 /// is not entered again: lost is final.
 pub(crate) fn reenter(redlock: u64, name: &Arc<str>) -> Result<Option<Arc<RedlockHold>>> {
-    let Some(hold) = reentrancy::reenter::<RedlockHold>(redlock, name) else {
-        return Ok(None);
-    };
-    if let Some(reason) = hold.state.lost_reason() {
-        reentrancy::exit::<RedlockHold>(redlock, name);
-        return Err(Error::new(
+    reentrancy::reenter::<RedlockHold>(redlock, name).map_err(|reason| {
+        Error::new(
             ErrorKind::LockLost,
             format!("cannot re-enter Redlock {name:?}: {}", reason.describe()),
-        ));
-    }
-    Ok(Some(hold))
+        )
+    })
 }
 
 /// How many guards of `name` this thread holds.
