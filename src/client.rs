@@ -58,6 +58,8 @@ use serde::{de::DeserializeOwned, Serialize};
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<LockContext>,
+    /// The deployment's connections (the context's lessor sends through them too).
+    connections: Arc<Connections>,
     /// Keeps the background threads running while a clone lives (see `Handle`).
     _handle: Handle,
 }
@@ -263,11 +265,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock_names(&self, pattern: &str) -> Result<Vec<String>> {
-        inspect::lock_names(
-            &self.shared.connections,
-            &self.shared.config.key_prefix,
-            pattern,
-        )
+        inspect::lock_names(&self.connections, &self.shared.config.key_prefix, pattern)
     }
 
     /// Everything Redis says about the lock `name` now, of whatever kind: its holder or
@@ -293,11 +291,7 @@ impl Client {
     /// # Ok(()) }
     /// ```
     pub fn lock_info(&self, name: &str) -> Result<LockInfo> {
-        inspect::lock_info(
-            &self.shared.connections,
-            &self.shared.config.key_prefix,
-            name,
-        )
+        inspect::lock_info(&self.connections, &self.shared.config.key_prefix, name)
     }
 
     /// Checks that the client can reach Redis as its address says, for a service to run at
@@ -326,7 +320,7 @@ impl Client {
     /// ```
     pub fn check(&self) -> Result<()> {
         self.shared.ensure_open()?;
-        let connections = &self.shared.connections;
+        let connections = &self.connections;
         let doing = crate::error::Doing::work("checking the connection");
         for shard in 0..connections.shards().max(1) {
             connections.call_shard(shard, doing, |c| redis::cmd("TIME").query::<()>(c))?;
@@ -380,23 +374,30 @@ impl Client {
 
     /// The client of a deployment's connections, with checked settings.
     pub(crate) fn new(config: Config, connections: Connections) -> Client {
-        let shared = Arc::new(LockContext::new(
+        let connections = Arc::new(connections);
+        let shared = Arc::new(LockContext::single(
             reentrancy::new_owner(),
             config,
-            Arc::new(connections),
+            Arc::clone(&connections),
             TokenSource::new(),
         ));
         Client {
             _handle: Handle::new(&shared),
             shared,
+            connections,
         }
+    }
+
+    /// The deployment's connections.
+    pub(crate) fn connections(&self) -> &Arc<Connections> {
+        &self.connections
     }
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("address", &self.shared.connections.describe())
+            .field("address", &self.connections.describe())
             .field("client_id", &self.shared.tokens.client_uuid())
             .field("key_prefix", &self.shared.config.key_prefix)
             .finish_non_exhaustive()

@@ -162,7 +162,7 @@ fn failures_and_lost_leases_are_told() {
     assert!(events.lines().iter().any(|l| l.starts_with("renewed 1 ")));
 }
 
-/// A Redlock tells its handlers what a client tells of its locks, with kind `Redlock`, and
+/// A Redlock tells its handlers what a client tells of its locks, with the same kinds, and
 /// counts it in `Redlock::stats`: an acquisition, a time-out of another Redlock's attempt,
 /// the release, and a lease that renewal found gone from a majority.
 #[test]
@@ -189,22 +189,22 @@ fn a_redlock_emits_the_events_and_stats_of_a_client() {
     assert_eq!(waiter.join().unwrap().ok(), Some(true));
     g.unlock().unwrap();
     assert!(eventually(LIMIT, || recorder
-        .count("released Redlock ledger lost=false")
+        .count("released Mutex ledger lost=false")
         == 1));
     assert_eq!(
-        recorder.count("acquired Redlock ledger"),
+        recorder.count("acquired Mutex ledger"),
         1,
         "{:?}",
         recorder.lines()
     );
     assert_eq!(
-        recorder.count("timed_out Redlock ledger"),
+        recorder.count("timed_out Mutex ledger"),
         1,
         "{:?}",
         recorder.lines()
     );
     assert_eq!(
-        recorder.count("waiting Redlock ledger"),
+        recorder.count("waiting Mutex ledger"),
         2,
         "{:?}",
         recorder.lines()
@@ -221,12 +221,12 @@ fn a_redlock_emits_the_events_and_stats_of_a_client() {
     assert!(g.lease_watch().wait_timeout(LIMIT));
     assert_eq!(g.unlock().unwrap_err().kind(), ErrorKind::LockLost);
     assert_eq!(
-        recorder.count("lease_lost Redlock taken"),
+        recorder.count("lease_lost Mutex taken"),
         1,
         "{:?}",
         recorder.lines()
     );
-    assert_eq!(recorder.count("released Redlock taken lost=true"), 1);
+    assert_eq!(recorder.count("released Mutex taken lost=true"), 1);
 
     let stats = redlock.stats();
     assert_eq!(stats.acquisitions, 2, "{stats:?}");

@@ -10,29 +10,29 @@ use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::lease::cleanup::Cleanup;
-use crate::lease::plain_take::SeededCounters;
+use crate::lease::lessor::Lessor;
 use crate::lease::renewal::Renewal;
 use crate::lease::replication::{self, LeaseWrite};
+use crate::lease::single::{call_retried, Single};
 use crate::stats::{Background, Counters, Stats};
 use crate::token::TokenSource;
-use crate::waiting::{Gates, Subscriber, WaitContext};
+use crate::waiting::{Gates, Subscriber, Subscribers, WaitContext};
 
-/// The shared state of one client; the `Client` handle is an `Arc` of it.
+/// The shared state of one client, or of one Redlock: the `Client` handle is an `Arc` of it.
 pub(crate) struct LockContext {
     /// Names the client in this process's per-thread hold maps.
     pub(crate) id: u64,
     pub(crate) config: Config,
-    pub(crate) connections: Arc<Connections>,
+    /// Where the holds live: the client's deployment, or a quorum of instances.
+    pub(crate) lessor: Arc<dyn Lessor>,
     pub(crate) renewal: Renewal,
-    pub(crate) subscriber: Subscriber,
+    pub(crate) subscriber: Subscribers,
     /// Of the contending threads of one lock, the one that attempts.
     pub(crate) gates: Gates,
     /// Of the queued threads of one lock, the one that re-checks.
     pub(crate) rechecks: Gates,
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
-    /// The fencing counters this client saw started: the locks it may take plainly.
-    pub(crate) seeded: SeededCounters,
     /// Set when the client was shut down.
     closed: AtomicBool,
     /// The handles alive now (see [`Handle`]).
@@ -73,13 +73,13 @@ impl Drop for Handle {
 }
 
 impl LockContext {
-    pub(crate) fn new(
+    /// The context of a client whose holds live on `connections`.
+    pub(crate) fn single(
         id: u64,
         config: Config,
         connections: Arc<Connections>,
         tokens: TokenSource,
     ) -> Self {
-        let counters = Arc::new(Counters::new(config.events.clone()));
         let wake_prefix = format!("{}:client:{}:wake", config.key_prefix, tokens.client_uuid());
         let identity = Identity::new(
             &config.key_prefix,
@@ -87,24 +87,40 @@ impl LockContext {
             &config.client_name,
             config.default_lease,
         );
+        let subscriber = Subscribers::own(Subscriber::new(Arc::clone(&connections), wake_prefix));
+        let lessor = Single::new(
+            connections,
+            config.replica_acks,
+            config.response_timeout,
+            identity,
+        );
+        LockContext::new(id, config, Arc::new(lessor), subscriber, tokens)
+    }
+
+    /// The context of holds that live with `lessor`, whose waiters listen with `subscriber`.
+    pub(crate) fn new(
+        id: u64,
+        config: Config,
+        lessor: Arc<dyn Lessor>,
+        subscriber: Subscribers,
+        tokens: TokenSource,
+    ) -> Self {
+        let counters = Arc::new(Counters::new(config.events.clone()));
         LockContext {
             id,
             renewal: Renewal::new(
-                Arc::clone(&connections),
+                Arc::clone(&lessor),
                 config.renewal_interval,
                 config.default_lease,
-                config.replica_acks,
                 Arc::clone(&counters),
-                identity,
             ),
-            subscriber: Subscriber::new(Arc::clone(&connections), wake_prefix),
+            subscriber,
             config,
-            connections,
+            lessor,
             gates: Gates::default(),
             rechecks: Gates::default(),
             tokens,
             counters,
-            seeded: SeededCounters::new(),
             closed: AtomicBool::new(false),
             handles: AtomicUsize::new(0),
         }
@@ -123,7 +139,7 @@ impl LockContext {
         // Without waiting: a drop never blocks on a thread's read.
         self.renewal.shutdown(false);
         self.subscriber.shutdown(false);
-        self.connections.shutdown(false);
+        self.lessor.shutdown(false);
     }
 
     /// Closes the client: new operations fail, the background threads end for good.
@@ -131,7 +147,7 @@ impl LockContext {
         self.closed.store(true, Ordering::Release);
         self.renewal.shutdown(true);
         self.subscriber.shutdown(true);
-        self.connections.shutdown(true);
+        self.lessor.shutdown(true);
     }
 
     /// Has the renewal thread send `call` (a token-checked removal of what a call whose
@@ -175,33 +191,39 @@ impl LockContext {
         }
     }
 
+    /// The single deployment's connections, for what is defined on one deployment only; an
+    /// error over a quorum.
+    pub(crate) fn one_deployment(&self, doing: Doing<'_>) -> Result<&Arc<Connections>> {
+        self.lessor.one_deployment().ok_or_else(|| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("{doing}: not offered over a Redlock's instances"),
+            )
+        })
+    }
+
     /// Runs one call that is safe to repeat for the lock routed by `route`, once more on a
     /// fresh connection when the connection dropped under it (a Redis restart leaves every
     /// pooled connection dead). A call that timed out is not repeated: the caller gets the
-    /// timeout at once.
+    /// timeout at once. For what is defined on one deployment only.
     pub(crate) fn call<T>(
         &self,
         route: &str,
         doing: Doing<'_>,
         f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        match self.connections.call(route, doing, &f) {
-            Err(e) if e.is_connection() && !e.is_checkout() => {
-                self.connections.call(route, doing, &f)
-            }
-            other => other,
-        }
+        call_retried(self.one_deployment(doing)?, route, doing, f)
     }
 
-    /// Runs one call, once (a redirection by a Cluster aside: the call did not run then).
-    #[inline]
+    /// Runs one call, once (a redirection by a Cluster aside: the call did not run then). For
+    /// what is defined on one deployment only.
     pub(crate) fn call_once<T>(
         &self,
         route: &str,
         doing: Doing<'_>,
         f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
-        self.connections.call(route, doing, f)
+        self.one_deployment(doing)?.call(route, doing, f)
     }
 
     /// How many replicas a write of a lease on `c`'s server must reach, and how long it
@@ -224,21 +246,14 @@ impl LockContext {
         replication::too_few(acks)
     }
 
-    /// The error of a write that too few replicas acknowledged: `what` says which, and what
-    /// became of it ("the acquire …; it was rolled back").
-    pub(crate) fn not_replicated(&self, (got, asked): (i64, u32), what: &str) -> Error {
-        let wanted = self.config.replica_acks.map_or(0, |a| a.replicas);
-        let of = match asked < wanted {
-            true => format!(
-                "{asked} replicas (of the {wanted} asked for, those the deployment can promote \
-                 or that are attached)"
-            ),
-            false => format!("the {wanted} replicas asked for"),
-        };
-        Error::new(
-            ErrorKind::NotReplicated,
-            format!("{got} of {of} acknowledged {what} in time"),
-        )
+    /// The error of a write that too few replicas acknowledged, after the deployment was
+    /// told to look at its replicas again: `what` says which write, and what became of it
+    /// ("the acquire …; it was rolled back").
+    pub(crate) fn not_replicated(&self, route: &str, acks: (i64, u32), what: &str) -> Error {
+        if let Some(connections) = self.lessor.one_deployment() {
+            connections.replicas_short(route);
+        }
+        replication::not_replicated(self.config.replica_acks, acks, what)
     }
 
     /// Counters of what this client did so far.

@@ -70,21 +70,28 @@ impl LeaseGuard {
         self.hold.lease.is_lost()
     }
 
+    /// How long the lease surely still runs by this machine's clock; zero once lost or
+    /// released.
+    pub(crate) fn validity_left(&self) -> Duration {
+        let lease = &self.hold.lease;
+        if self.released || lease.is_lost() {
+            return Duration::ZERO;
+        }
+        lease.expires_at().saturating_duration_since(Instant::now())
+    }
+
     pub(crate) fn lease_watch(&self) -> LeaseWatch {
         LeaseWatch::new(Arc::clone(&self.hold.lease))
     }
 
     pub(crate) fn verify(&self) -> Result<Duration> {
-        let keys = &self.hold.keys;
-        let ttl: i64 = self
+        let hold = &self.hold;
+        let call = hold.protocol.check(&hold.keys, &hold.token);
+        let remaining = self
             .ctx
-            .call(&self.hold.lock_key, self.doing("verifying"), |c| {
-                self.hold.protocol.check(keys, &self.hold.token).invoke(c)
-            })?;
-        match u64::try_from(ttl) {
-            Ok(ms) => Ok(Duration::from_millis(ms)),
-            Err(_) => Err(self.lost(LostReason::Taken)),
-        }
+            .lessor
+            .remaining(hold.site(), &call, self.doing("verifying"))?;
+        remaining.ok_or_else(|| self.lost(LostReason::Taken))
     }
 
     pub(crate) fn extend(&self, additional: Duration) -> Result<()> {
@@ -101,42 +108,15 @@ impl LeaseGuard {
         if let Some(reason) = self.hold.lease.lost_reason() {
             return Err(self.lost(reason));
         }
-        let keys = &self.hold.keys;
-        let ctx = &self.ctx;
-        let sent_at = Instant::now();
-        let (remaining, acks): (i64, Option<(i64, u32)>) = ctx.call(
-            &self.hold.lock_key,
-            self.doing("extending the lease of"),
-            |c| {
-                let call = self
-                    .hold
-                    .protocol
-                    .change_lease(keys, &self.hold.token, by, how);
-                match ctx.replicas_to_ask(LeaseWrite::Renewal, c)? {
-                    Some((replicas, timeout)) => {
-                        let (remaining, got) = call.invoke_and_wait(c, replicas, timeout)?;
-                        Ok((remaining, Some((got, replicas))))
-                    }
-                    None => Ok((call.invoke(c)?, None)),
-                }
-            },
-        )?;
-        if let Some(acks) = acks.filter(|acks| remaining >= 0 && ctx.too_few_acks(*acks)) {
-            // The lease the holder counts stays as it was: a failover may lose the change.
-            ctx.connections.replicas_short(&self.hold.lock_key);
-            return Err(
-                ctx.not_replicated(acks, "the lease change; the lease counted stays as it was")
-            );
-        }
-        match u64::try_from(remaining) {
-            Ok(ms) => {
-                // Counted from the sending: the local view never outlives Redis's.
-                self.hold
-                    .lease
-                    .expires_at_set(sent_at + ctx.counted(Duration::from_millis(ms)));
+        let hold = &self.hold;
+        let call = hold.protocol.change_lease(&hold.keys, &hold.token, by, how);
+        let doing = self.doing("extending the lease of");
+        match self.ctx.lessor.change_lease(hold.site(), &call, doing)? {
+            Some(held_until) => {
+                hold.lease.expires_at_set(held_until);
                 Ok(())
             }
-            Err(_) => Err(self.lost(LostReason::Taken)),
+            None => Err(self.lost(LostReason::Taken)),
         }
     }
 
@@ -164,12 +144,12 @@ impl LeaseGuard {
     }
 
     pub(crate) fn poison(&self) -> Result<Option<PoisonInfo>> {
-        let keys = &self.hold.keys;
-        let stored: Option<String> = self.ctx.call(
-            &self.hold.lock_key,
-            self.doing("reading the poison record of"),
-            |c| redis::cmd("GET").arg(&keys.poison).query(c),
-        )?;
+        let hold = &self.hold;
+        let doing = self.doing("reading the poison record of");
+        let stored = self
+            .ctx
+            .lessor
+            .read(&hold.lock_key, &hold.keys.poison, doing)?;
         Ok(stored.map(|s| PoisonInfo::decode(&s)))
     }
 
@@ -177,13 +157,11 @@ impl LeaseGuard {
         if let Some(reason) = self.hold.lease.lost_reason() {
             return Err(self.lost(reason));
         }
-        let keys = &self.hold.keys;
-        let removed: i64 = self.ctx.call(
-            &self.hold.lock_key,
-            self.doing("clearing the poison record of"),
-            |c| redis::cmd("DEL").arg(&keys.poison).query(c),
-        )?;
-        Ok(removed == 1)
+        let hold = &self.hold;
+        let doing = self.doing("clearing the poison record of");
+        self.ctx
+            .lessor
+            .delete(&hold.lock_key, &hold.keys.poison, doing)
     }
 
     /// Leaves the poison record on the way out of a panicking thread. Best effort: a failure
@@ -192,27 +170,21 @@ impl LeaseGuard {
     fn mark_poisoned(&self) {
         let keys = &self.hold.keys;
         let record = PoisonInfo::here(&self.hold.token).encode();
-        let result = self.ctx.call(
-            &self.hold.lock_key,
-            self.doing("recording a panic on"),
-            |c| {
-                scripts::MARK_POISONED
-                    .key(&keys.lock)
-                    .key(&keys.poison)
-                    .arg(&*self.hold.token)
-                    .arg(&record)
-                    .invoke::<i64>(c)
-            },
-        );
-        match result {
-            Ok(1) => log::warn!(
+        let call = ScriptCall::new(&scripts::MARK_POISONED)
+            .key(&keys.lock)
+            .key(&keys.poison)
+            .arg(&*self.hold.token)
+            .arg(&record);
+        let doing = self.doing("recording a panic on");
+        match self.ctx.lessor.acted(self.hold.site(), &call, doing) {
+            Ok(true) => log::warn!(
                 "redmutex: a thread panicked while holding lock {:?}; it is released and \
                  marked poisoned",
                 self.hold.name
             ),
             // Readers and permit holders keep no token on the lock key: no record is made,
             // and none is claimed.
-            Ok(_) => log::warn!(
+            Ok(false) => log::warn!(
                 "redmutex: a thread panicked while holding lock {:?}; it is released (no \
                  poison record: the lock key does not hold this holder's token)",
                 self.hold.name
@@ -372,7 +344,8 @@ impl LeaseGuard {
             .protocol
             .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease)?;
         let sent_at = Instant::now();
-        let reply = ctx.call_once(&hold.lock_key, self.doing("passing on"), |c| {
+        let doing = self.doing("passing on");
+        let reply = ctx.call_once(&hold.lock_key, doing, |c| {
             // The pass hands out fencing tokens: it asks the replicas an acquire asks, not the
             // fewer a renewal may (in a planned failover, the replica being promoted has left
             // the master while another still acknowledges it).
@@ -389,7 +362,7 @@ impl LeaseGuard {
             Ok((reply, acks)) => match (reply.as_slice(), acks) {
                 // Too few replicas hold the new lease: released instead, as it stands.
                 ([1, _, _], Some(acks)) if ctx.too_few_acks(acks) => {
-                    ctx.connections.replicas_short(&hold.lock_key);
+                    let _ = ctx.not_replicated(&hold.lock_key, acks, "the pass");
                     return None;
                 }
                 ([1, last, others], _) => (*last, *others),
@@ -420,24 +393,25 @@ impl LeaseGuard {
             if first.is_connection() && !first.is_checkout() {
                 reply = match self.send_release() {
                     // The first one ran before its connection dropped.
-                    Ok(0) if lost_before.is_none() => Ok(1),
-                    Ok(n) => Ok(n),
+                    Ok(false) if lost_before.is_none() => Ok(true),
+                    Ok(released) => Ok(released),
                     Err(_) => Err(first.clone()),
                 };
             }
         }
         match reply {
             // Released, but a lease read as lost before stays lost (lost is final).
-            Ok(1) => {
+            Ok(true) => {
                 Counters::add(&self.ctx.counters.releases, 1);
                 lost_before.map_or(Ok(()), |reason| Err(self.lost(reason)))
             }
-            Ok(_) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
+            Ok(false) => Err(self.lost(lost_before.unwrap_or(LostReason::Taken))),
             Err(e) => {
                 if e.outcome_unknown() {
                     self.release_later();
                 }
-                Err(e)
+                // A lease read as lost before stays lost, whatever the release met.
+                Err(lost_before.map_or(e, |reason| self.lost(reason)))
             }
         }
     }
@@ -448,8 +422,8 @@ impl LeaseGuard {
     /// it, or left to the renewal thread when no connection could be had.
     fn release_unread(&self) -> Result<()> {
         let (ctx, hold) = (Arc::downgrade(&self.ctx), Arc::clone(&self.hold));
-        let sent = self.ctx.connections.send_unread(
-            &self.hold.lock_key,
+        let sent = self.ctx.lessor.release_unread(
+            self.hold.site(),
             &self.release_call(),
             self.doing("releasing"),
             Box::new(move |reply| settle_release(&ctx, &hold, reply)),
@@ -473,11 +447,12 @@ impl LeaseGuard {
         }
     }
 
-    fn send_release(&self) -> Result<i64> {
+    /// The release, sent once: whether the lock still held the token.
+    fn send_release(&self) -> Result<bool> {
+        let call = self.release_call();
         self.ctx
-            .call_once(&self.hold.lock_key, self.doing("releasing"), |c| {
-                self.release_call().invoke(c)
-            })
+            .lessor
+            .release(self.hold.site(), &call, self.doing("releasing"))
     }
 
     /// Has the renewal thread finish a release whose outcome is unknown.
@@ -521,12 +496,13 @@ impl LeaseGuard {
         if let Some(reason) = self.hold.lease.lost_reason() {
             return Err(self.lost(reason));
         }
-        let done: i64 = self
+        match self
             .ctx
-            .call(&self.hold.lock_key, self.doing(action), |c| call.invoke(c))?;
-        match done {
-            1 => Ok(()),
-            _ => Err(self.lost(LostReason::Taken)),
+            .lessor
+            .acted(self.hold.site(), call, self.doing(action))?
+        {
+            true => Ok(()),
+            false => Err(self.lost(LostReason::Taken)),
         }
     }
 
@@ -580,7 +556,7 @@ fn give_back(ctx: &LockContext, hold: &Hold) {
     let place = ctx.gates.hold_ends(&hold.lock_key, false);
     let call = release_call_of(ctx, hold, place);
     let doing = Doing::lock("releasing", &hold.name);
-    if let Err(e) = ctx.call_once(&hold.lock_key, doing, |c| call.invoke::<i64>(c)) {
+    if let Err(e) = ctx.lessor.release(hold.site(), &call, doing) {
         log::debug!("redmutex: {e}");
         clean_up_release(ctx, hold, call);
     }

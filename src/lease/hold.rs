@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
+use crate::lease::lessor::Site;
 use crate::lease::protocol::Protocol;
 use crate::lease::reentrancy::{Held, HoldTable};
 use crate::lease::state::{LeaseState, LostReason};
@@ -24,6 +25,8 @@ pub(crate) struct Hold {
     pub(crate) lock_key: Arc<str>,
     pub(crate) token: Arc<str>,
     pub(crate) fencing_token: u64,
+    /// How many units of the lock exist (a semaphore's permits; 1 for a lock).
+    pub(crate) capacity: u32,
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
     pub(crate) fixed_lease: Option<Duration>,
     /// The renewal registration, for a renewed lease.
@@ -48,6 +51,16 @@ impl Held for Hold {
 
     fn lost_reason(&self) -> Option<LostReason> {
         self.lease.lost_reason()
+    }
+}
+
+impl Hold {
+    /// Where the hold's calls go.
+    pub(crate) fn site(&self) -> Site<'_> {
+        Site {
+            route: &self.lock_key,
+            capacity: self.capacity,
+        }
     }
 }
 

@@ -3,13 +3,12 @@
 //! acknowledgement, renewal registration, and the choice of waiting loop.
 
 use std::borrow::Cow;
-use std::cell::{Cell, LazyCell};
+use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
-use crate::connection::{Conn, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
@@ -17,15 +16,13 @@ use crate::lease::cleanup::Cleanup;
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
-use crate::lease::plain_take;
+use crate::lease::lessor::{Attempted, Attempting, Contact};
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
-use crate::lease::replication::LeaseWrite;
-use crate::lease::reply::AcquireReply;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Cohort, Outage, Passed, Release, Subscription, Taker, Turn};
+use crate::waiting::{self, Attempt, Cohort, Outage, Passed, Subscription, Taker, Turn};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -34,26 +31,6 @@ fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str>
         None => Cow::Borrowed(&ctx.config.key_prefix),
         Some(ns) => Cow::Owned(format!("{}:{ns}", ctx.config.key_prefix)),
     }
-}
-
-/// When a queued waiter's last attempt was sent, by this machine's clock, and when it ran, by
-/// the server's: a lock that a release hands to the waiter later, with a claim that ends at
-/// server time `end`, is surely held until `sent_at + (end - server_ms)` (the attempt ran
-/// after it was sent).
-#[derive(Clone, Copy)]
-struct Contact {
-    sent_at: Instant,
-    server_ms: i64,
-}
-
-/// One attempt as sent: its lock's keys, token and lease, when it was sent, and whether it
-/// was the first attempt of its acquire.
-struct Sent<'a> {
-    keys: &'a Arc<LockKeys>,
-    token: &'a str,
-    lease: Duration,
-    at: Instant,
-    first: bool,
 }
 
 /// A named lock of one protocol, made from one client. Cheap to clone.
@@ -150,9 +127,10 @@ impl RawLock {
     pub(crate) fn is_locked(&self) -> Result<bool> {
         let keys = self.keys()?;
         self.ctx.ensure_open()?;
-        let kind: String = self.ctx.call(&keys.lock, self.doing("checking"), |c| {
-            redis::cmd("TYPE").arg(&keys.lock).query(c)
-        })?;
+        let kind = self
+            .ctx
+            .lessor
+            .key_type(&keys.lock, self.doing("checking"))?;
         match kind.as_str() {
             "none" => Ok(false),
             "string" => Ok(true),
@@ -178,12 +156,10 @@ impl RawLock {
     pub(crate) fn force_unlock(&self) -> Result<bool> {
         let keys = self.keys()?;
         self.ctx.ensure_open()?;
-        let deleted: i64 = self
-            .ctx
-            .call(&keys.lock, self.doing("force-unlocking"), |c| {
-                self.protocol.force_release(keys).invoke(c)
-            })?;
-        Ok(deleted == 1)
+        let call = self.protocol.force_release(keys);
+        self.ctx
+            .lessor
+            .found(&keys.lock, &call, self.doing("force-unlocking"))
     }
 
     /// Re-entry, else one attempt, else the protocol's waiting loop until `deadline` (`None`:
@@ -239,7 +215,7 @@ impl RawLock {
         result: Result<Option<LeaseGuard>>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        Outage::new(&ctx.config, ctx.connections.reached(), &ctx.counters).ride_through(
+        Outage::new(&ctx.config, ctx.lessor.reached(), &ctx.counters).ride_through(
             deadline,
             result,
             || self.acquire_once(keys, lease, deadline, true),
@@ -387,12 +363,8 @@ impl RawLock {
         let others_wait = self.ctx.gates.has_waiters(&self.lock_key);
         if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token, others_wait))
         {
-            let result =
-                self.ctx
-                    .call_once(&keys.lock, self.doing("giving up the wait for"), |c| {
-                        call.invoke::<redis::Value>(c)
-                    });
-            if let Err(e) = result {
+            let doing = self.doing("giving up the wait for");
+            if let Err(e) = self.ctx.lessor.send(&keys.lock, &call, doing) {
                 log::debug!("redmutex: {e}");
             }
         }
@@ -482,32 +454,25 @@ impl RawLock {
     /// Leaves the queue: one try now, then the renewal thread's clean-up (a waiter that
     /// cannot leave at all is dropped when its heartbeat stops).
     fn leave(&self, keys: &LockKeys, token: &str) {
-        let result = self
-            .ctx
-            .call_once(&keys.lock, self.doing("leaving the queue of"), |c| {
-                self.protocol.abandon(keys, token).invoke::<i64>(c)
-            });
-        if let Err(e) = result {
+        let call = self.protocol.abandon(keys, token);
+        let doing = self.doing("leaving the queue of");
+        if let Err(e) = self.ctx.lessor.send(&keys.lock, &call, doing) {
             log::debug!("redmutex: {e}; retrying in the background");
             self.clean_up_later(keys, token, Instant::now() + self.ctx.renewal.lease());
         }
     }
 
-    /// One acquire round trip of the protocol's script with `token`; then the replica
-    /// acknowledgement, when asked for. On success the lease is registered for renewal (when
-    /// it is not fixed) before the guard is returned.
-    ///
-    /// When the connection dropped under it (a Redis restart, a killed connection), the same
-    /// call is sent once more on a fresh connection: an acquire script that finds its own
-    /// token treats the lock as taken, so this is safe. Any other unknown outcome (a time-out)
-    /// is reported at once, and the token-checked clean-up goes to the renewal thread.
+    /// One acquire attempt with `token`, sent through the lessor (which resends, cleans up
+    /// and checks replica acknowledgements as its deployment needs). On success the lease is
+    /// registered for renewal (when it is not fixed) before the guard is returned.
     ///
     /// `queue`: whether a failed attempt waits (in the queue, for a queue-style protocol);
-    /// `turn`: how a contending leader's attempt stands (see [`Turn`]); `first`: the first attempt of
-    /// an acquire, which expects a free lock, so that a protocol may take it without a script
-    /// (`plain_take`; an attempt after a wait is the script, which registers the waiter
-    /// again in the same round trip when someone else took the lock meanwhile). A queued
-    /// waiter's `contact` is set from each failed attempt that carries the server's clock.
+    /// `turn`: how a contending leader's attempt stands (see [`Turn`]); `first`: the first
+    /// attempt of an acquire, which expects a free lock, so that the lessor may take it
+    /// without a script (`plain_take`; an attempt after a wait is the script, which registers
+    /// the waiter again in the same round trip when someone else took the lock meanwhile). A
+    /// queued waiter's `contact` is set from each failed attempt that carries the server's
+    /// clock.
     fn attempt(
         &self,
         keys: &Arc<LockKeys>,
@@ -518,8 +483,7 @@ impl RawLock {
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
-        let doing = self.doing("acquiring");
-        let acquire = AcquireCall {
+        let call = AcquireCall {
             keys,
             token,
             lease,
@@ -531,144 +495,36 @@ impl RawLock {
             after: turn.after,
             overdue: turn.overdue,
         };
-        // Built when first sent: an attempt that plain commands settle never sends it.
-        let call = LazyCell::new(|| self.protocol.acquire(&acquire));
-        let plainly = first
-            && self.protocol.takes_plainly(&acquire)
-            && !ctx.connections.redirects()
-            && ctx.seeded.contains(&keys.fence);
-        let mut resent = false;
-        // Set when a plain take left the lock holding the token before the script's reply.
-        let took = Cell::new(false);
-        loop {
-            let sent = Sent {
-                keys,
-                token,
-                lease,
-                at: Instant::now(),
-                first,
-            };
-            let reply = ctx.call_once(&keys.lock, doing, |c| {
-                self.send_attempt(c, &acquire, &call, plainly, &took)
-            });
-            return match reply {
-                Ok((reply, acks)) => self.attempt_outcome(reply, acks, &sent, contact, doing),
-                // The lock may be ours without our knowing, or a plain `SET` took it and the
-                // script refused to finish the take (an ACL without `EVALSHA`): the token is
-                // never used again, so the lock is removed off this path.
-                Err(err) if err.outcome_unknown() || took.get() => {
-                    if err.is_connection() && !resent {
-                        resent = true;
-                        continue;
-                    }
-                    self.clean_up_later(keys, token, sent.at + lease);
-                    Err(err)
-                }
-                Err(err) => Err(err),
-            };
-        }
-    }
-
-    /// The round trip of one attempt on connection `c`: the script and `WAIT` when replicas
-    /// must hold the lease (the acknowledgements, as (got, asked), of a lock taken), else
-    /// plain commands when `plainly` (`took` is set if they left the lock holding the token),
-    /// else the script.
-    fn send_attempt(
-        &self,
-        c: &mut Conn,
-        acquire: &AcquireCall<'_>,
-        call: &LazyCell<ScriptCall, impl FnOnce() -> ScriptCall>,
-        plainly: bool,
-        took: &Cell<bool>,
-    ) -> redis::RedisResult<(AcquireReply, Option<(i64, u32)>)> {
-        let ctx = &self.ctx;
+        let attempting = Attempting {
+            protocol: self.protocol,
+            call: &call,
+            name: &self.name,
+            lock_key: &self.lock_key,
+            first,
+        };
         Counters::add(&ctx.counters.attempts, 1);
-        // Replicas must hold the lease: the script and `WAIT`, in one round trip.
-        if let Some((replicas, timeout)) = ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
-            let (reply, got): (AcquireReply, i64) = call.invoke_and_wait(c, replicas, timeout)?;
-            let acks = (reply.taken == 1).then_some((got, replicas));
-            return Ok((reply, acks));
-        }
-        if !plainly {
-            return Ok((call.invoke(c)?, None));
-        }
-        let (keys, token) = (acquire.keys, acquire.token);
-        let queue = self
-            .protocol
-            .queue_before_plain_take()
-            .then_some(keys.queue.as_str());
-        let reply = plain_take::acquire(
-            c,
-            (keys, token, acquire.lease_ms()),
-            (acquire.queue, queue),
-            (
-                |c: &mut Conn| call.invoke(c),
-                || self.protocol.release(keys, token),
-            ),
-            took,
-        )?;
-        Ok((reply, None))
-    }
-
-    /// What an attempt's reply means: the guard of a lock taken (given back when too few
-    /// replicas acknowledged it), or how long the holder may keep it.
-    fn attempt_outcome(
-        &self,
-        reply: AcquireReply,
-        acks: Option<(i64, u32)>,
-        sent: &Sent<'_>,
-        contact: Option<&Cell<Option<Contact>>>,
-        doing: Doing<'_>,
-    ) -> Result<Attempt<LeaseGuard>> {
-        let ctx = &self.ctx;
-        let (keys, token) = (sent.keys, sent.token);
-        if let Some(acks) = acks.filter(|&a| reply.taken == 1 && ctx.too_few_acks(a)) {
-            self.roll_back(keys, token, sent.at + sent.lease);
-            ctx.connections.replicas_short(&keys.lock);
-            return Err(ctx.not_replicated(acks, "the acquire; it was rolled back"));
-        }
-        match reply {
-            AcquireReply {
-                taken: 1,
-                value: fencing_token,
+        match ctx.lessor.attempt(&attempting, &ctx.renewal)? {
+            Attempted::Taken {
+                fencing_token,
+                held_until,
                 payload,
-                ..
             } => {
-                let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
-                ctx.seeded.saw(&keys.fence, fencing_token);
-                let counted = sent.at + ctx.counted(sent.lease);
                 // Won after a wait: the attempts may have left the client a place among the
                 // lock's waiting clients, which its release sets right.
-                let cohort = self.passes_on().then(|| (Cohort::start(), !sent.first));
-                let guard = self.acquired(keys, token, fencing_token, counted, cohort)?;
+                let cohort = self.passes_on().then(|| (Cohort::start(), !first));
+                let guard = self.acquired(keys, token, fencing_token, held_until, cohort)?;
                 Ok(Attempt::Acquired(guard.with_payload(payload)))
             }
-            AcquireReply {
-                taken: 0,
-                value: wait_ms,
-                server_ms,
-                ..
+            Attempted::Held {
+                wait,
+                release,
+                contact: seen,
             } => {
-                if let (Some(contact), Some(server_ms)) = (contact, server_ms) {
-                    contact.set(Some(Contact {
-                        sent_at: sent.at,
-                        server_ms,
-                    }));
+                if let (Some(contact), Some(seen)) = (contact, seen) {
+                    contact.set(Some(seen));
                 }
-                // A negative time: the holder does not announce its release.
-                let release = match wait_ms < 0 {
-                    true => Release::Unannounced,
-                    false => Release::Announced,
-                };
-                Ok(Attempt::Held(
-                    Duration::from_millis(wait_ms.unsigned_abs()),
-                    release,
-                ))
+                Ok(Attempt::Held(wait, release))
             }
-            AcquireReply { taken, value, .. } => Err(Error::new(
-                ErrorKind::Server,
-                format!("{doing}: unexpected reply {{{taken}, {value}}} from the script"),
-            )),
         }
     }
 
@@ -692,6 +548,7 @@ impl RawLock {
             None => {
                 let registration = Registration::Lease {
                     protocol: self.protocol,
+                    capacity: self.capacity,
                     name: Arc::clone(&self.name),
                     keys: Arc::clone(keys),
                     token: Arc::clone(&token),
@@ -714,6 +571,7 @@ impl RawLock {
             lock_key: Arc::clone(&self.lock_key),
             token,
             fencing_token,
+            capacity: self.capacity,
             fixed_lease: self.fixed_lease,
             renewal_id,
             lease: lease_state,
@@ -801,7 +659,9 @@ impl RawLock {
     /// Whether holds of this lock taken by one thread may be passed to another thread of
     /// the client (a `Mutex`'s; the protocol knows how).
     fn passes_on(&self) -> bool {
-        self.protocol.wait_style() == WaitStyle::Contend && self.protocol.passes_on()
+        self.protocol.wait_style() == WaitStyle::Contend
+            && self.protocol.passes_on()
+            && self.ctx.lessor.one_deployment().is_some()
     }
 
     /// The guard of a lock that a holder of this client passed to this waiter (`take_over`
@@ -830,12 +690,12 @@ impl RawLock {
     /// no renewal thread): one try now, then the renewal thread's clean-up.
     #[cold]
     fn roll_back(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
-        let result = self
+        let call = self.protocol.abandon(keys, token);
+        if let Err(e) = self
             .ctx
-            .call_once(&keys.lock, self.doing("rolling back"), |c| {
-                self.protocol.abandon(keys, token).invoke::<i64>(c)
-            });
-        if let Err(e) = result {
+            .lessor
+            .send(&keys.lock, &call, self.doing("rolling back"))
+        {
             log::debug!("redmutex: {e}; retrying in the background");
             self.clean_up_later(keys, token, give_up_at);
         }

@@ -12,16 +12,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 
-use crate::config::ReplicaAcks;
-use crate::connection::{AckRule, Acked, Connections, Routed};
+use crate::connection::Routed;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Renewed;
 use crate::fast_hash::FastHashMap;
-use crate::identity::Identity;
 use crate::keys::LockKeys;
 use crate::lease::cleanup::{Cleanup, Cleanups, Outcome};
+use crate::lease::lessor::{Lessor, Renewing, Site};
 use crate::lease::protocol::Protocol;
-use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::state::{LeaseState, LostReason};
 use crate::stats::Counters;
 
@@ -50,6 +48,8 @@ pub(crate) enum Registration {
     /// A held lock's lease.
     Lease {
         protocol: &'static dyn Protocol,
+        /// How many units of the lock exist (a semaphore's permits; 1 for a lock).
+        capacity: u32,
         /// The lock's name, for messages and events.
         name: Arc<str>,
         keys: Arc<LockKeys>,
@@ -135,17 +135,14 @@ struct RenewalState {
     /// Leases to renew before the next tick (locks handed over with a short claim).
     due: Mutex<Due>,
     cleanups: Cleanups,
-    connections: Arc<Connections>,
+    /// Where the leases live.
+    lessor: Arc<dyn Lessor>,
     interval: Duration,
     lease: Duration,
-    /// Replicas each renewal must reach before it counts.
-    acks: Option<ReplicaAcks>,
     renewals: AtomicU64,
     batches: AtomicU64,
     busy_nanos: AtomicU64,
     counters: Arc<Counters>,
-    /// Who this client is, announced while the thread runs.
-    identity: Identity,
 }
 
 /// Leases to renew before the next tick, and until when the thread sleeps (`None` while it
@@ -167,27 +164,23 @@ pub(crate) struct Renewal {
 
 impl Renewal {
     pub(crate) fn new(
-        connections: Arc<Connections>,
+        lessor: Arc<dyn Lessor>,
         interval: Duration,
         lease: Duration,
-        acks: Option<ReplicaAcks>,
         counters: Arc<Counters>,
-        identity: Identity,
     ) -> Self {
         Renewal {
             shared: Arc::new(RenewalState {
                 registry: Registry::new(),
                 due: Mutex::default(),
                 cleanups: Cleanups::default(),
-                connections,
+                lessor,
                 interval,
                 lease,
-                acks,
                 renewals: AtomicU64::new(0),
                 batches: AtomicU64::new(0),
                 busy_nanos: AtomicU64::new(0),
                 counters,
-                identity,
             }),
             next_id: AtomicU64::new(1),
             worker: Mutex::new(None),
@@ -356,10 +349,10 @@ impl RenewalThread {
                 Ok(()) | Err(RecvTimeoutError::Timeout) => {}
                 // Disconnected: the client is gone or shutting down.
                 Err(RecvTimeoutError::Disconnected) => {
-                    s.connections.settle_unread();
+                    s.lessor.settle_unread();
                     self.run_cleanups();
                     if first_announcement.is_none() {
-                        self.withdraw_announcement();
+                        s.lessor.withdraw_announcement();
                     }
                     return;
                 }
@@ -374,7 +367,7 @@ impl RenewalThread {
                 self.renew_all();
                 // Replies to releases written by guards' drops, on connections nobody used
                 // since: a failed one becomes a clean-up.
-                s.connections.settle_unread();
+                s.lessor.settle_unread();
                 if first_announcement.is_none() {
                     self.announce(false);
                 }
@@ -388,51 +381,18 @@ impl RenewalThread {
         }
     }
 
-    /// Keeps this client's announcement alive for a lease past the next tick (one `PEXPIRE`),
-    /// or writes it whole when it is new or Redis lost it. Best effort: a failure is logged.
+    /// Keeps this client's announcement alive for a lease past the next tick.
     fn announce(&self, first: bool) {
         let s = &*self.shared;
-        let identity = &s.identity;
-        let ttl = s.lease + s.interval;
-        let doing = Doing::work("announcing this client");
-        let kept = match first {
-            true => Ok(false),
-            false => s.connections.call(&identity.key, doing, |c| {
-                identity.keep(ttl).query::<i64>(c).map(|n| n == 1)
-            }),
-        };
-        let result = match kept {
-            Ok(true) => Ok(()),
-            Ok(false) => s.connections.call(&identity.key, doing, |c| {
-                identity.announce(ttl).query::<()>(c)
-            }),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            log::debug!("redmutex: {e}");
-        }
-    }
-
-    /// Deletes this client's announcement, as it shuts down cleanly (`redmutex list` then
-    /// shows no client that is gone). Best effort: a failure is logged, and the announcement
-    /// expires a lease later.
-    fn withdraw_announcement(&self) {
-        let s = &*self.shared;
-        let identity = &s.identity;
-        let doing = Doing::work("withdrawing this client's announcement");
-        if let Err(e) = s.connections.call(&identity.key, doing, |c| {
-            identity.withdraw().query::<i64>(c)
-        }) {
-            log::debug!("redmutex: {e}");
-        }
+        s.lessor.announce(first, s.lease + s.interval);
     }
 
     fn run_cleanups(&self) {
         let s = &*self.shared;
         s.cleanups.run(|calls| {
             let doing = Doing::work("cleaning up after failed calls");
-            s.connections
-                .call_batch(calls, doing)
+            s.lessor
+                .batch(calls, doing)
                 .0
                 .into_iter()
                 .map(|reply| match reply {
@@ -480,29 +440,14 @@ impl RenewalThread {
         let (leases, waiters): (Vec<_>, Vec<_>) = snapshot
             .into_iter()
             .partition(|(_, r)| matches!(r, Registration::Lease { .. }));
-        // Grouped by server first, so that every batch is one round trip to one server: the
-        // leases of a period cost at most one round trip per server more than one per batch.
-        let mut by_shard: Vec<(usize, Vec<(u64, Registration)>)> = Vec::new();
-        for lease in leases {
-            let shard = match &lease.1 {
-                Registration::Lease { keys, .. } => s.connections.shard_of(&keys.lock),
-                Registration::Waiter { .. } => continue,
-            };
-            match by_shard.iter_mut().find(|(sh, _)| *sh == shard) {
-                Some((_, group)) => group.push(lease),
-                None => by_shard.push((shard, vec![lease])),
-            }
-        }
-        for (_, group) in &by_shard {
-            for batch in group.chunks(BATCH_SIZE) {
-                self.renew_batch(batch);
-            }
+        if !leases.is_empty() {
+            self.renew_batch(&leases);
         }
         if !waiters.is_empty() {
             self.send_heartbeats(&waiters);
         }
         if s.counters.events.on() {
-            let leases = by_shard.iter().map(|(_, group)| group.len()).sum();
+            let leases = leases.len();
             let round_trips = s.batches.load(Ordering::Relaxed) - batches_before;
             let took = started.elapsed();
             s.counters.events.emit(|h| {
@@ -558,8 +503,8 @@ impl RenewalThread {
         s.renewals
             .fetch_add(waiters.len() as u64, Ordering::Relaxed);
         let (replies, trips) = s
-            .connections
-            .call_batch(&calls, Doing::work("sending queued waiters' heartbeats"));
+            .lessor
+            .batch(&calls, Doing::work("sending queued waiters' heartbeats"));
         s.batches.fetch_add(trips, Ordering::Relaxed);
         for ((_, waiters, _), reply) in groups.iter().zip(replies) {
             let dropped: Vec<String> = match reply {
@@ -577,53 +522,51 @@ impl RenewalThread {
         }
     }
 
+    /// Renews the leases of `batch` (the lessor sends them in as few round trips as it can)
+    /// and tells each what became of it.
     fn renew_batch(&self, batch: &[(u64, Registration)]) {
         let s = &*self.shared;
-        let sent_at = Instant::now();
         let invocations: Vec<_> = batch
             .iter()
             .filter_map(|(_, r)| match r {
                 Registration::Lease {
                     protocol,
+                    capacity,
                     keys,
                     token,
                     ..
-                } => Some((keys, protocol.renew(keys, token, s.lease))),
+                } => Some((keys, *capacity, protocol.renew(keys, token, s.lease))),
                 Registration::Waiter { .. } => None,
             })
             .collect();
-        let calls: Vec<Routed<'_>> = invocations
+        let calls: Vec<Renewing<'_>> = invocations
             .iter()
-            .map(|(keys, call)| (keys.lock.as_str(), call))
+            .map(|(keys, capacity, call)| {
+                let site = Site {
+                    route: keys.lock.as_str(),
+                    capacity: *capacity,
+                };
+                (site, call)
+            })
             .collect();
-        // With replica acknowledgements, each server's renewals end with `WAIT`: a renewal
-        // that too few replicas acknowledged extends nothing (a failover may lose it).
-        let acks_rule = |c: &mut crate::connection::Conn| {
-            replication::replicas_to_ask(s.acks, LeaseWrite::Renewal, c)
-        };
-        let rule: Option<AckRule<'_>> = s.acks.is_some().then_some(&acks_rule);
-        let (replies, trips) =
-            s.connections
-                .call_batch_acked(&calls, Doing::work("renewing leases"), rule);
+        let (outcomes, trips) = s.lessor.renew(&calls, s.lease);
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let counted = replication::counted(s.acks, s.lease);
         let mut retry: Vec<u64> = Vec::new();
-        let mut short: Option<&str> = None;
-        for ((id, r), reply) in batch.iter().zip(replies) {
-            let Registration::Lease { keys, state, .. } = r else {
+        for ((id, r), outcome) in batch.iter().zip(outcomes) {
+            let Registration::Lease { state, .. } = r else {
                 continue;
             };
-            match renewal_outcome(reply, keys, &mut short) {
-                Ok(redis::Value::Int(1)) => {
-                    state.renewed(sent_at, counted);
+            match outcome {
+                Ok(Some(held_until)) => {
+                    state.renewed_until(held_until);
                     // A reply that came after the lease ran out renews nothing: lost is final.
                     if state.is_lost() {
                         let why = "the renewal's reply came after the lease ran out";
                         self.report_loss(*id, r, LostReason::Expired(why.to_owned()));
                     }
                 }
-                Ok(_) => self.report_loss(*id, r, LostReason::Taken),
+                Ok(None) => self.report_loss(*id, r, LostReason::Taken),
                 Err(e) => {
                     retry.push(*id);
                     if Instant::now() >= state.expires_at() {
@@ -631,10 +574,6 @@ impl RenewalThread {
                     }
                 }
             }
-        }
-        if let Some(route) = short {
-            // The deployment may count replicas that are gone: have it look again.
-            s.connections.replicas_short(route);
         }
         if !retry.is_empty() {
             log::debug!("redmutex: renewal of {} leases failed", retry.len());
@@ -667,33 +606,5 @@ impl RenewalThread {
             s.counters.lease_lost(name, protocol.kind());
             log::warn!("redmutex: lock {} was lost: {why}", keys.lock);
         }
-    }
-}
-
-/// A renewal's reply as an outcome: an error reply (`READONLY` from a demoted master, say)
-/// is a failed renewal, not a lost lock (the lease runs out on this machine's clock if
-/// renewal keeps failing), and so is a renewal that too few replicas acknowledged (its lock
-/// is named in `short`).
-fn renewal_outcome<'k>(
-    reply: crate::error::Result<Acked>,
-    keys: &'k LockKeys,
-    short: &mut Option<&'k str>,
-) -> crate::error::Result<redis::Value> {
-    match reply {
-        Ok((redis::Value::ServerError(e), _)) => Err(crate::error::Error::new(
-            ErrorKind::Server,
-            format!("renewing leases: {}", redis::RedisError::from(e)),
-        )),
-        Ok((redis::Value::Int(1), Some((got, asked)))) if replication::too_few((got, asked)) => {
-            *short = Some(keys.lock.as_str());
-            Err(crate::error::Error::new(
-                ErrorKind::NotReplicated,
-                format!(
-                    "renewing leases: {got} of {asked} replicas acknowledged the renewal in time"
-                ),
-            ))
-        }
-        Ok((value, _)) => Ok(value),
-        Err(e) => Err(e),
     }
 }

@@ -94,3 +94,25 @@ pub(crate) fn counted(acks: Option<ReplicaAcks>, lease: Duration) -> Duration {
 pub(crate) fn too_few((got, asked): (i64, u32)) -> bool {
     got < i64::from(asked)
 }
+
+/// The error of a write that too few replicas acknowledged (`got` of `asked`, when `acks`
+/// wanted more): `what` says which write, and what became of it ("the acquire …; it was
+/// rolled back").
+pub(crate) fn not_replicated(
+    acks: Option<ReplicaAcks>,
+    (got, asked): (i64, u32),
+    what: &str,
+) -> crate::error::Error {
+    let wanted = acks.map_or(0, |a| a.replicas);
+    let of = match asked < wanted {
+        true => format!(
+            "{asked} replicas (of the {wanted} asked for, those the deployment can promote \
+             or that are attached)"
+        ),
+        false => format!("the {wanted} replicas asked for"),
+    };
+    crate::error::Error::new(
+        crate::error::ErrorKind::NotReplicated,
+        format!("{got} of {of} acknowledged {what} in time"),
+    )
+}

@@ -91,13 +91,13 @@ impl LeaseState {
         self.inner.lock().expires_at
     }
 
-    /// Records a successful renewal sent at `sent_at`, which keeps at least `lease`: a later
+    /// Records a successful renewal that keeps the lease surely until `held_until`: a later
     /// expiry set by an extension stays.
     ///
     /// A reply that arrives after the lease ran out by this machine's clock renews nothing:
     /// the lease is lost, whether or not anyone looked in between.
-    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
-        self.moved_to(|expires_at| expires_at.max(sent_at + lease));
+    pub(crate) fn renewed_until(&self, held_until: Instant) {
+        self.moved_to(|expires_at| expires_at.max(held_until));
     }
 
     /// Records a lease changed to end at `expires_at` (an extension, or a replacement that may
@@ -332,7 +332,7 @@ mod tests {
         assert!(state.mark_lost(LostReason::Taken));
         assert!(!state.mark_lost(LostReason::Taken));
         assert!(waiter.join().unwrap());
-        state.renewed(Instant::now(), Duration::from_secs(10));
+        state.renewed_until(Instant::now() + Duration::from_secs(10));
         assert!(state.is_lost());
     }
 
@@ -346,7 +346,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(watch.is_lost());
         // The renewal was sent before the lease ran out; its reply comes after.
-        state.renewed(sent_at, Duration::from_secs(30));
+        state.renewed_until(sent_at + Duration::from_secs(30));
         state.expires_at_set(Instant::now() + Duration::from_secs(30));
         assert!(state.is_lost());
         assert!(watch.wait_timeout(Duration::from_millis(1)));
@@ -364,7 +364,7 @@ mod tests {
         let sent_at = Instant::now();
         let state = LeaseState::new(sent_at + Duration::from_millis(5));
         std::thread::sleep(Duration::from_millis(20));
-        state.renewed(sent_at, Duration::from_secs(30));
+        state.renewed_until(sent_at + Duration::from_secs(30));
         assert!(state.is_lost());
         assert!(state.expires_at() < Instant::now());
     }

@@ -58,6 +58,10 @@ pub trait Lease {
     /// A handle that tells, from any thread, when the lease is lost.
     fn lease_watch(&self) -> LeaseWatch;
 
+    /// How long the lease surely still runs, by this machine's clock (which ends a lease
+    /// before the server's), without a round trip; zero once lost. Renewal moves it on.
+    fn validity_left(&self) -> Duration;
+
     /// Asks Redis whether the lock is still held, and returns the lease left.
     ///
     /// # Errors
@@ -126,6 +130,9 @@ macro_rules! lease_by_own_methods {
             fn lease_watch(&self) -> $crate::LeaseWatch {
                 <$guard>::lease_watch(self)
             }
+            fn validity_left(&self) -> std::time::Duration {
+                <$guard>::validity_left(self)
+            }
             fn verify(&self) -> $crate::Result<std::time::Duration> {
                 <$guard>::verify(self)
             }
@@ -176,6 +183,13 @@ macro_rules! lease_guard_methods {
             /// is lost; see [`LeaseWatch`](crate::LeaseWatch).
             pub fn lease_watch(&self) -> $crate::LeaseWatch {
                 self.inner.lease_watch()
+            }
+
+            #[doc = concat!("How long the lease of ", $what, " surely still runs, by this")]
+            /// machine's clock, without a round trip; zero once lost. See
+            /// [`Lease::validity_left`](crate::Lease::validity_left).
+            pub fn validity_left(&self) -> std::time::Duration {
+                self.inner.validity_left()
             }
 
             #[doc = concat!("Asks Redis whether ", $what, " is still this holder's; returns")]

@@ -90,7 +90,7 @@ mod tests {
             }
             loaded += 1;
         }
-        assert_eq!(loaded, 39);
+        assert_eq!(loaded, 38);
         drop(server);
     }
 }

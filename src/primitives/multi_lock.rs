@@ -230,8 +230,7 @@ impl MultiLock {
             for ((_, lock), token) in run.iter().zip(&tokens).take(taken) {
                 lock.raw().give_back_later(token, sent_at);
             }
-            ctx.connections.replicas_short(route);
-            return Err(ctx.not_replicated(acks, "the acquire; it was rolled back"));
+            return Err(ctx.not_replicated(route, acks, "the acquire; it was rolled back"));
         }
         for (i, ((_, lock), token)) in run.iter().zip(&tokens).enumerate().take(taken) {
             let fence = u64::try_from(reply[i + 2]).unwrap_or(0);
@@ -268,6 +267,16 @@ impl MultiLockGuard {
     /// Whether the lease of any of the locks is known to be lost, without a round trip.
     pub fn is_lost(&self) -> bool {
         self.guards.iter().any(MutexGuard::is_lost)
+    }
+
+    /// How long every lock's lease surely still runs (the shortest), by this machine's
+    /// clock, without a round trip; zero once one is lost.
+    pub fn validity_left(&self) -> std::time::Duration {
+        self.guards
+            .iter()
+            .map(MutexGuard::validity_left)
+            .min()
+            .unwrap_or_default()
     }
 
     /// The guard of each lock, in the order they were taken (fencing tokens, lease

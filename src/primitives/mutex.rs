@@ -142,7 +142,8 @@ struct MutexProtocol;
 
 static PROTOCOL: MutexProtocol = MutexProtocol;
 
-/// The protocol of a `Mutex`, for locks made of several (Redlock).
+/// The protocol of a `Mutex`, for a kind built over a `Mutex`'s keys (a shared value).
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
 pub(crate) fn protocol() -> &'static dyn Protocol {
     &PROTOCOL
 }

@@ -94,6 +94,27 @@ impl MutexGuard {
         self.inner.is_lost()
     }
 
+    /// How long the lease surely still runs, by this machine's clock (which ends a lease
+    /// before the server's: over a [`Redlock`](crate::Redlock), less the time the acquire
+    /// took and the clock drift), without a round trip; zero once lost. Renewal moves it on.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let guard = client.mutex("ledger").lock()?;
+    /// if guard.validity_left() > Duration::from_secs(2) {
+    ///     // ... a step that takes at most two seconds ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn validity_left(&self) -> Duration {
+        self.inner.validity_left()
+    }
+
     /// A handle that tells any thread when this lease is lost; see [`LeaseWatch`].
     pub fn lease_watch(&self) -> LeaseWatch {
         self.inner.lease_watch()

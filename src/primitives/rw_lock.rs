@@ -19,7 +19,9 @@ use crate::keys::{suffix, LockKeys};
 use crate::lease::scripts::{
     compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
 };
-use crate::lease::{AcquireCall, LeaseGuard, LockContext, Protocol, RawLock, WaitStyle};
+use crate::lease::{
+    AcquireCall, LeaseGuard, LockContext, PoisonInfo, Protocol, RawLock, WaitStyle,
+};
 
 /// The helpers the read-write lock's scripts share: see `rw_lock/rw.lua`.
 const RW: &str = include_str!("rw_lock/rw.lua");
@@ -403,6 +405,40 @@ impl RwLockWriteGuard {
     /// of the lock, as for [`MutexGuard::fencing_token`](crate::MutexGuard::fencing_token).
     pub fn fencing_token(&self) -> u64 {
         self.inner.fencing_token()
+    }
+
+    /// The record a writer left when its thread panicked while holding the write hold (its
+    /// writes may be half done), as for [`MutexGuard::poison`](crate::MutexGuard::poison).
+    /// Readers leave none: they share the lock, and a reader's panic changes nothing.
+    ///
+    /// # Errors
+    ///
+    /// Connection and timeout errors.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let index = client.rwlock("index").write()?;
+    /// if let Some(poison) = index.poison()? {
+    ///     eprintln!("a writer died mid-way: {poison}; rebuilding the index");
+    ///     index.clear_poison()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn poison(&self) -> Result<Option<PoisonInfo>> {
+        self.inner.poison()
+    }
+
+    /// Removes the poison record of this lock. Returns whether there was one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when the lease is known to be lost (only the holder may clear
+    /// it); connection and timeout errors.
+    pub fn clear_poison(&self) -> Result<bool> {
+        self.inner.clear_poison()
     }
 }
 

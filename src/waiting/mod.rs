@@ -31,7 +31,7 @@ pub(crate) use gate::{
 };
 pub(crate) use outage::Outage;
 pub(crate) use pause::Pause;
-pub(crate) use subscriber::{Signal, Subscriber, Subscription};
+pub(crate) use subscriber::{Signal, Subscriber, Subscribers, Subscription};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt<W> {
@@ -87,7 +87,7 @@ const KEPT_PLACE_RECHECK: Duration = Duration::from_secs(1);
 pub(crate) struct WaitContext<'a> {
     pub(crate) config: &'a Config,
     pub(crate) counters: &'a Counters,
-    pub(crate) subscriber: &'a Subscriber,
+    pub(crate) subscriber: &'a Subscribers,
     /// Of the contending threads of one lock, the one that attempts.
     pub(crate) gates: &'a Gates,
     /// Of the queued threads of one lock, the one that re-checks.

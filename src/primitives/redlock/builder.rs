@@ -171,15 +171,15 @@ impl RedlockBuilder {
 
 /// The first setting on which two clients disagree, said in words.
 pub(super) fn first_conflict(clients: &[Client]) -> Option<Error> {
-    let first = clients.first()?.context();
+    let first = clients.first()?;
     clients.iter().skip(1).find_map(|other| {
-        let (a, b) = (&first.config, &other.context().config);
+        let (a, b) = (&first.context().config, &other.context().config);
         let differs = |what: &str, x: String, y: String| {
             Error::config(format!(
                 "the clients of a Redlock must agree on the {what}: {} has {x}, {} has {y} \
                  (build them from one Builder, or use Redlock::builder)",
-                first.connections.describe(),
-                other.context().connections.describe(),
+                first.connections().describe(),
+                other.connections().describe(),
             ))
         };
         if a.default_lease != b.default_lease {
@@ -201,6 +201,13 @@ pub(super) fn first_conflict(clients: &[Client]) -> Option<Error> {
                 "outage patience",
                 format!("{:?}", a.outage_patience),
                 format!("{:?}", b.outage_patience),
+            ));
+        }
+        if a.key_prefix != b.key_prefix {
+            return Some(differs(
+                "key prefix",
+                format!("{:?}", a.key_prefix),
+                format!("{:?}", b.key_prefix),
             ));
         }
         if (a.backoff_base, a.backoff_cap) != (b.backoff_base, b.backoff_cap) {

@@ -4,48 +4,43 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::connection::ScriptCall;
+use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::keys::LockKeys;
 use crate::lease::{Handle, LockContext};
 
 /// One independent Redis master of a Redlock: the client that reaches it.
 #[derive(Clone)]
 pub(crate) struct Instance {
     pub(crate) ctx: Arc<LockContext>,
+    pub(crate) connections: Arc<Connections>,
     /// Keeps the instance client's background threads running while the Redlock lives.
     pub(crate) _handle: Handle,
 }
 
-impl Instance {
-    /// The keys of lock `name` on this instance (its client's key prefix).
-    pub(crate) fn keys(&self, name: &str) -> Result<LockKeys> {
-        LockKeys::new(&self.ctx.config.key_prefix, name)
-    }
-}
+/// One instance's reply in a round: `None` when nothing was sent to it.
+pub(crate) type Reply = Option<Result<redis::Value>>;
 
-/// Sends `calls[i]` to instance `i` (skipping `None`), then reads every reply, each within
-/// `timeout` of the start of its reading. A call that could not be written fails at once;
-/// the others still run.
+/// Sends `calls[i]` to instance `i` (skipping `None`) at `route` (a lock's keys are the same
+/// on every instance), then reads every reply, each within `timeout` of the start of its
+/// reading. A call that could not be written fails at once; the others still run.
 pub(crate) fn fan_out(
     instances: &[Instance],
-    keys: &[LockKeys],
-    calls: &[Option<ScriptCall>],
+    route: &str,
+    calls: &[Option<&ScriptCall>],
     timeout: Duration,
     doing: Doing<'_>,
-) -> Vec<Option<Result<redis::Value>>> {
+) -> Vec<Reply> {
     let sent: Vec<Option<Result<_>>> = instances
         .iter()
-        .zip(keys)
         .zip(calls)
-        .map(|((instance, keys), call)| {
+        .map(|(instance, call)| {
             let call = call.as_ref()?;
-            Some(instance.ctx.ensure_open().and_then(|()| {
+            Some(
                 instance
                     .ctx
-                    .connections
-                    .send(&keys.lock, call, doing, timeout)
-            }))
+                    .ensure_open()
+                    .and_then(|()| instance.connections.send(route, call, doing, timeout)),
+            )
         })
         .collect();
     // One deadline for every reply: instances that do not answer cost the round about one

@@ -1,44 +1,48 @@
 //! Redlock: one lock over several independent Redis masters, held while a majority of them
 //! hold it.
 //!
-//! The instances are ordinary clients (any deployment each); every instance keeps the lock
-//! under the same keys and scripts as a [`Mutex`](crate::Mutex). Redlock adds the quorum: the
-//! fan-out of each call to every instance (`instances.rs`), the validity of a hold (the lease
-//! minus the time the acquire took and the clock drift), the fencing token ordered across
-//! instances (`raise_fence.lua`), renewal on every instance (`renewal.rs`), and the waiting
-//! loop over the announcements of every instance (`mutex.rs`).
+//! The instances are ordinary clients (any deployment each); every instance keeps a lock
+//! under the same keys and scripts as a client's. A Redlock is the lease stack over a
+//! different lessor, the quorum (`quorum.rs`): the fan-out of each call to every instance
+//! (`instances.rs`), the validity of a hold (the lease minus the time the acquire took and
+//! the clock drift), and the fencing token ordered across instances (`raise_fence.lua`).
+//! Handles, guards, re-entry, renewal, waiting, events and counters are the client's own.
 
 mod builder;
-mod guard;
 mod instances;
-mod mutex;
 mod quorum;
-mod renewal;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::lease::{reentrancy, Handle};
-use crate::stats::{Background, Counters, Stats};
-use crate::waiting::Outage;
+use crate::lease::{reentrancy, Handle, Lessor, LockContext};
+use crate::primitives::{Mutex, MutexGuard, RwLock, Semaphore};
+use crate::stats::Stats;
+use crate::token::TokenSource;
+use crate::waiting::Subscribers;
 use crate::IntoAddress;
 
 pub use builder::RedlockBuilder;
-pub use guard::RedlockGuard;
-pub use mutex::RedlockMutex;
 
 use instances::Instance;
 #[cfg(test)]
 pub(crate) use quorum::scripts;
-use renewal::Renewal;
+use quorum::Quorum;
 
-/// The longest default per-instance timeout.
-const MAX_DEFAULT_INSTANCE_TIMEOUT: Duration = Duration::from_millis(50);
+/// A lock name held on a majority of a [`Redlock`]'s instances: a [`Mutex`] whose holds live
+/// on the quorum, with every method of a client's (waiters listen for releases on every
+/// instance; an announcement from any instance wakes them).
+pub type RedlockMutex = Mutex;
 
-/// The kind its events name.
-pub(crate) const KIND: &str = "Redlock";
+/// A lock held on a majority of a [`Redlock`]'s instances: a [`MutexGuard`]. Dropping it
+/// releases the lock on every instance (the outermost guard of a re-entrant hold; inner ones
+/// only count down); a release that a majority confirms is `Ok`, one that too few instances
+/// answer to tell is an error, and one that shows no majority held it is
+/// [`LockLost`](crate::ErrorKind::LockLost).
+pub type RedlockGuard = MutexGuard;
 
 /// A lock manager over several independent Redis masters (no replication between them): a
 /// lock is held while a majority of them hold it, so that losing a minority of the masters
@@ -70,7 +74,10 @@ pub(crate) const KIND: &str = "Redlock";
 /// or firewalled, and open it after the lease), or run the instances with `appendfsync
 /// always`.
 ///
-/// # Differences from [`Mutex`](crate::Mutex)
+/// # Differences from a client's locks
+///
+/// The handles are a client's own ([`Mutex`], [`RwLock`], [`Semaphore`]), with the same
+/// guards, re-entry, renewal, events and [`Stats`]; only where their holds live differs:
 ///
 /// - Each operation goes to every instance at once (writes first, then reads): a round costs
 ///   about one round trip, bounded by the per-instance timeout
@@ -79,6 +86,8 @@ pub(crate) const KIND: &str = "Redlock";
 ///   drift allowance of 1% of the lease plus 2 ms.
 /// - A poison record (a thread panicked while holding) is written to every instance that
 ///   holds the lock, and read from the first instance that has one.
+/// - Releases are always awaited (a quorum counts its answers), and a `Mutex`'s holds are
+///   never passed between threads of one process without Redis.
 ///
 /// # Examples
 ///
@@ -96,23 +105,11 @@ pub(crate) const KIND: &str = "Redlock";
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    inner: Arc<RedlockCore>,
-}
-
-pub(crate) struct RedlockCore {
-    id: u64,
-    instances: Vec<Instance>,
-    quorum: usize,
-    /// `None`: the lease / 20, at most 50 ms.
-    instance_timeout: Option<Duration>,
-    default_lease: Duration,
-    renewal_interval: Duration,
-    backoff: (Duration, Duration),
-    /// How long a blocking acquire rides through too few instances answering.
-    outage_patience: Duration,
-    renewal: Renewal,
-    /// What the Redlock's calls counted, and the handlers its builder was given.
-    counters: Arc<Counters>,
+    /// The lease stack over the quorum.
+    ctx: Arc<LockContext>,
+    quorum: Arc<Quorum>,
+    /// Keeps the stack's background threads running while a clone lives.
+    _handle: Handle,
 }
 
 impl Redlock {
@@ -122,8 +119,8 @@ impl Redlock {
         RedlockBuilder::default()
     }
 
-    /// A Redlock over the instances that `clients` reach, with their lease, renewal and
-    /// backoff settings, which must be the same on every client.
+    /// A Redlock over the instances that `clients` reach, with their lease, renewal, backoff
+    /// and key settings, which must be the same on every client.
     ///
     /// Any number of instances is allowed; a lock needs a majority, `n / 2 + 1` (so 2 of 2,
     /// 3 of 4: an even number tolerates no more failures than the odd number below it).
@@ -132,25 +129,22 @@ impl Redlock {
     ///
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, when two
     /// clients reach the same server, or when two clients disagree on the default lease, the
-    /// renewal interval, the outage patience or the backoff (the error names the setting and
-    /// both values).
+    /// renewal interval, the outage patience, the backoff or the key prefix (the error names
+    /// the setting and both values).
     pub fn new<I>(clients: I) -> Result<Redlock>
     where
         I: IntoIterator<Item = Client>,
     {
         let clients: Vec<Client> = clients.into_iter().collect();
-        let Some(first) = clients.first() else {
+        if clients.is_empty() {
             return Err(Error::config("a Redlock needs at least one instance"));
-        };
+        }
         if let Some(conflict) = builder::first_conflict(&clients) {
             return Err(conflict);
         }
-        let config = &first.context().config;
-        let (default_lease, renewal_interval) = (config.default_lease, config.renewal_interval);
-        let backoff = (config.backoff_base, config.backoff_cap);
         let mut seen: Vec<String> = Vec::new();
         for client in &clients {
-            let server = client.context().connections.describe();
+            let server = client.connections().describe();
             if seen.contains(&server) {
                 return Err(Error::config(format!(
                     "{server} is given twice: a Redlock's instances must be independent servers"
@@ -162,24 +156,44 @@ impl Redlock {
             .iter()
             .map(|c| Instance {
                 ctx: Arc::clone(c.context()),
+                connections: Arc::clone(c.connections()),
                 _handle: Handle::new(c.context()),
             })
             .collect();
         let quorum = instances.len() / 2 + 1;
-        Ok(Redlock {
-            inner: Arc::new(RedlockCore {
-                id: reentrancy::new_owner(),
-                instances,
-                quorum,
-                instance_timeout: None,
-                default_lease,
-                renewal_interval,
-                backoff,
-                outage_patience: config.outage_patience,
-                renewal: Renewal::default(),
-                counters: Arc::new(Counters::new(config.events.clone())),
-            }),
-        })
+        Ok(Redlock::over(Quorum {
+            instances,
+            quorum,
+            instance_timeout: None,
+        }))
+    }
+
+    /// The lease stack over `quorum`, with the settings of its first instance's client.
+    fn over(quorum: Quorum) -> Redlock {
+        let first = &quorum.instances[0].ctx;
+        let config = Config {
+            // Each instance's client asks its own replicas; the quorum asks none.
+            replica_acks: None,
+            ..first.config.clone()
+        };
+        let subscribers = Subscribers::of_quorum(
+            quorum.instances.iter().map(|i| &i.ctx.subscriber),
+            quorum.quorum,
+        );
+        let quorum = Arc::new(quorum);
+        let lessor: Arc<dyn Lessor> = Arc::clone(&quorum) as Arc<dyn Lessor>;
+        let ctx = Arc::new(LockContext::new(
+            reentrancy::new_owner(),
+            config,
+            lessor,
+            subscribers,
+            TokenSource::new(),
+        ));
+        Redlock {
+            _handle: Handle::new(&ctx),
+            ctx,
+            quorum,
+        }
     }
 
     /// A Redlock over one client per URL, each with the default settings (for others, see
@@ -199,120 +213,82 @@ impl Redlock {
     /// This Redlock with how long each instance may take to answer one call before it counts
     /// as not answering (default: the lease / 20, at most 50 ms), so that a dead or slow
     /// instance cannot eat a lease's validity. For a Redlock made with
-    /// [`new`](Redlock::new); [`RedlockBuilder::instance_timeout`] sets the same.
+    /// [`new`](Redlock::new); [`RedlockBuilder::instance_timeout`] sets the same. A lease not
+    /// above it is refused by the first acquire.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) when `timeout` is zero, or not below
     /// the default lease.
     pub fn instance_timeout(self, timeout: Duration) -> Result<Redlock> {
-        if timeout.is_zero() || timeout >= self.inner.default_lease {
+        let lease = self.ctx.config.default_lease;
+        if timeout.is_zero() || timeout >= lease {
             return Err(Error::config(format!(
                 "the per-instance timeout ({timeout:?}) must be above zero and below the lease \
-                 ({:?})",
-                self.inner.default_lease
+                 ({lease:?})"
             )));
         }
-        let inner = RedlockCore {
-            id: self.inner.id,
-            instances: self.inner.instances.clone(),
-            quorum: self.inner.quorum,
+        Ok(Redlock::over(Quorum {
+            instances: self.quorum.instances.clone(),
+            quorum: self.quorum.quorum,
             instance_timeout: Some(timeout),
-            default_lease: self.inner.default_lease,
-            renewal_interval: self.inner.renewal_interval,
-            backoff: self.inner.backoff,
-            outage_patience: self.inner.outage_patience,
-            renewal: Renewal::default(),
-            counters: Arc::clone(&self.inner.counters),
-        };
-        Ok(Redlock {
-            inner: Arc::new(inner),
-        })
+        }))
     }
 
     /// The number of instances.
     pub fn instances(&self) -> usize {
-        self.inner.instances.len()
+        self.quorum.instances.len()
     }
 
     /// How many instances must hold a lock: `instances() / 2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.inner.quorum
+        self.quorum.quorum
     }
 
     /// A handle to the lock `name`, held on a majority of the instances. Cheap: nothing is
     /// sent until it is used.
     pub fn mutex(&self, name: impl AsRef<str>) -> RedlockMutex {
-        RedlockMutex::new(Arc::clone(&self.inner), name.as_ref())
+        Mutex::new(Arc::clone(&self.ctx), name.as_ref())
+    }
+
+    /// A handle to the read-write lock `name`, held on a majority of the instances, as
+    /// [`Client::rwlock`] gives one. Cheap.
+    pub fn rwlock(&self, name: impl AsRef<str>) -> RwLock {
+        RwLock::new(Arc::clone(&self.ctx), name.as_ref())
+    }
+
+    /// A handle to the semaphore `name` with `permits` permits, as [`Client::semaphore`]
+    /// gives one. Cheap.
+    ///
+    /// A permit is held on more than a majority when there are several: on `n·p/(p+1) + 1`
+    /// of `n` instances for `p` permits (3 of 3 for two permits; 4 of 5), since with fewer,
+    /// `p + 1` holders could each hold on their own instances without any instance seeing
+    /// more than `p` of them. So a semaphore of many permits tolerates no instance down; one
+    /// permit is a lock, and needs a majority.
+    pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
+        Semaphore::new(Arc::clone(&self.ctx), name.as_ref(), permits, false)
     }
 
     /// Counters of what this Redlock (and its clones) did so far, as
-    /// [`Client::stats`](crate::Client::stats) counts a client's: acquisitions, waits,
-    /// releases, lost leases, and the majority renewal's rounds. The instances' own clients
-    /// count only their clean-ups and wake-ups.
+    /// [`Client::stats`] counts a client's: acquisitions, waits, releases, lost leases, the
+    /// renewal's rounds and the wake-ups of its waiters. The instances' own clients count
+    /// only the clean-ups they send for it.
     pub fn stats(&self) -> Stats {
-        let inner = &self.inner;
-        let (renewals, renewal_round_trips, renewal_time) = inner.renewal.counters();
-        let (mut notifications, mut subscriber_reconnects, mut pending_cleanups) = (0, 0, 0);
-        for instance in &inner.instances {
-            let stats = instance.ctx.stats();
-            notifications += stats.notifications;
-            subscriber_reconnects += stats.subscriber_reconnects;
-            pending_cleanups += stats.pending_cleanups;
-        }
-        inner.counters.snapshot(Background {
-            renewals,
-            renewal_round_trips,
-            renewal_time,
-            renewed_leases: inner.renewal.registered() as u64,
-            pending_cleanups,
-            notifications,
-            subscriber_reconnects,
-        })
-    }
-}
-
-impl RedlockCore {
-    /// The per-instance timeout for a lease.
-    fn instance_timeout(&self, lease: Duration) -> Duration {
-        self.instance_timeout
-            .unwrap_or_else(|| (lease / 20).min(MAX_DEFAULT_INSTANCE_TIMEOUT))
-            .max(Duration::from_millis(1))
-    }
-
-    /// The outage rule of a blocking acquire: it rides through too few instances answering
-    /// once a majority of them was reached.
-    fn outage(&self) -> Outage<'_> {
-        let reached = self
-            .instances
-            .iter()
-            .filter(|i| i.ctx.connections.reached())
-            .count();
-        Outage::with(
-            reached >= self.quorum,
-            self.outage_patience,
-            self.backoff,
-            &self.counters,
-        )
-    }
-
-    /// The clock drift allowed for a lease: 1% of it plus 2 ms.
-    fn drift(lease: Duration) -> Duration {
-        crate::config::clock_drift(lease)
+        self.ctx.stats()
     }
 }
 
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let instances: Vec<String> = self
-            .inner
+            .quorum
             .instances
             .iter()
-            .map(|i| i.ctx.connections.describe())
+            .map(|i| i.connections.describe())
             .collect();
         f.debug_struct("Redlock")
             .field("instances", &instances)
-            .field("quorum", &self.inner.quorum)
+            .field("quorum", &self.quorum.quorum)
             .finish_non_exhaustive()
     }
 }

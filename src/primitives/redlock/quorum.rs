@@ -1,489 +1,62 @@
-//! The quorum rounds of a Redlock: each sends one call to every instance at once and counts
-//! the instances that agree.
+//! The quorum lessor: a hold lives on a majority of a Redlock's independent instances. Each
+//! operation is a round — one call to every instance at once — whose answers are counted:
+//! a lease is held while a majority holds it, valid until the lease, less the time the
+//! acquire took and the clock drift, and its fencing token is ordered across instances.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::instances::{fan_out, too_few_answered, unexpected};
-use super::RedlockCore;
-use crate::connection::millis;
-use crate::connection::ScriptCall;
-use crate::error::{Doing, Error, Result};
+use super::instances::{fan_out, too_few_answered, unexpected, Instance, Reply};
+use crate::connection::{Connections, OnReply, Routed, ScriptCall};
+use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{CHANGE_LEASE, CHECK, MARK_POISONED};
-use crate::lease::{AcquireCall, PoisonInfo};
-use crate::primitives::mutex;
+use crate::lease::{Attempted, Attempting, Lessor, Renewal, Renewing, Site};
+use crate::waiting::Release;
 
 /// Raises a lock's fencing counter to a Redlock's token: see `raise_fence.lua`.
 static RAISE_FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
 
-/// Reads or clears a lock's poison record: see `poison_record.lua`.
-static POISON_RECORD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("poison_record.lua")));
-
-/// The remaining lease of a lock, whoever holds it: see `remaining.lua`.
-static REMAINING: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("remaining.lua")));
+/// One plain command on a key: see `key.lua`.
+static KEY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("key.lua")));
 
 /// The scripts of this module, for the test that loads every script into Redis.
 #[cfg(test)]
 pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
     vec![
         ("redlock/raise_fence", &*RAISE_FENCE),
-        ("redlock/remaining", &*REMAINING),
-        ("redlock/poison_record", &*POISON_RECORD),
+        ("redlock/key", &*KEY),
     ]
 }
 
-/// What one acquire round won.
-pub(crate) enum Round {
-    /// Held on a majority, with the fencing token, until `valid_until` at the latest.
-    Acquired {
-        fencing_token: u64,
-        valid_until: Instant,
-    },
-    /// Not acquired; try again after at most this long (the shortest lease the holders had
-    /// left, or a backoff step when that is unknown).
-    Held(Option<Duration>),
+/// The longest default per-instance timeout.
+const MAX_DEFAULT_INSTANCE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// A Redlock's instances, as the lease stack's lessor.
+pub(crate) struct Quorum {
+    pub(crate) instances: Vec<Instance>,
+    /// How many instances must hold a lock.
+    pub(crate) quorum: usize,
+    /// `None`: the lease / 20, at most 50 ms.
+    pub(crate) instance_timeout: Option<Duration>,
+}
+
+/// How many of `n` instances must hold a lock of which `capacity` units exist (see
+/// [`Quorum::needed`]).
+fn needed_of(n: usize, capacity: u32) -> usize {
+    let c = usize::try_from(capacity.max(1)).unwrap_or(usize::MAX);
+    (n.saturating_mul(c) / c.saturating_add(1) + 1).min(n)
 }
 
 /// What an instance said to an acquire.
 enum Took {
-    Yes(u64),
-    No(Duration),
+    /// Taken, with its fencing counter and the bytes that came with the lock.
+    Yes(u64, Option<Vec<u8>>),
+    /// Held by another: how long, in milliseconds.
+    No(i64),
     Failed(Error),
-}
-
-/// One call per instance, made from the lock's keys there.
-fn on_every(keys: &[LockKeys], call: impl Fn(&LockKeys) -> ScriptCall) -> Vec<Option<ScriptCall>> {
-    keys.iter().map(|k| Some(call(k))).collect()
-}
-
-impl RedlockCore {
-    /// The keys of lock `name` on every instance.
-    pub(crate) fn keys(&self, name: &str) -> Result<Vec<LockKeys>> {
-        self.instances.iter().map(|i| i.keys(name)).collect()
-    }
-
-    /// One acquire round: the acquire on every instance; with a majority and validity left,
-    /// the fencing counters of that majority raised to the largest token it returned; else
-    /// (or if the raise did not reach a majority in time) a release on every instance.
-    pub(crate) fn acquire_round(
-        &self,
-        name: &Arc<str>,
-        keys: &[LockKeys],
-        token: &str,
-        lease: Duration,
-    ) -> Result<Round> {
-        let doing = Doing::lock("acquiring", name);
-        let started = Instant::now();
-        let timeout = self.instance_timeout(lease);
-        let took = self.take_on_every(keys, token, lease, timeout, doing);
-        let valid_until = started + lease.saturating_sub(RedlockCore::drift(lease));
-        if let Some(fencing_token) = self.won(name, keys, token, &took, timeout, valid_until) {
-            return Ok(Round::Acquired {
-                fencing_token,
-                valid_until,
-            });
-        }
-        // Not won: whatever was taken is given back by each instance's renewal thread, at
-        // once and off the caller's path, on every instance that took it or did not answer.
-        for (i, t) in took.iter().enumerate() {
-            if !matches!(t, Took::No(_)) {
-                self.release_later(i, name, &keys[i], token, lease);
-            }
-        }
-        let failed: Vec<Error> = took
-            .iter()
-            .filter_map(|t| match t {
-                Took::Failed(e) => Some(e.clone()),
-                _ => None,
-            })
-            .collect();
-        self.majority_answered(&failed, doing)?;
-        let wait = took
-            .iter()
-            .filter_map(|t| match t {
-                Took::No(ms) if !ms.is_zero() => Some(*ms),
-                _ => None,
-            })
-            .min();
-        Ok(Round::Held(wait))
-    }
-
-    /// The acquire on every instance, and what each said.
-    fn take_on_every(
-        &self,
-        keys: &[LockKeys],
-        token: &str,
-        lease: Duration,
-        timeout: Duration,
-        doing: Doing<'_>,
-    ) -> Vec<Took> {
-        let protocol = mutex::protocol();
-        let calls = on_every(keys, |k| {
-            protocol.acquire(&AcquireCall {
-                keys: k,
-                token,
-                lease,
-                // A failed round names this client among each instance's waiting clients, so
-                // that a release there announces itself (Redlock's waiters listen to every
-                // announcement, whoever it names).
-                queue: true,
-                waiter_timeout: lease,
-                units: 1,
-                capacity: 1,
-                more: false,
-                after: false,
-                overdue: false,
-            })
-        });
-        fan_out(&self.instances, keys, &calls, timeout, doing)
-            .into_iter()
-            .map(|reply| match reply {
-                Some(Ok(value)) => match redis::from_redis_value::<(i64, i64)>(value.clone()) {
-                    Ok((1, fence)) => Took::Yes(u64::try_from(fence).unwrap_or(0)),
-                    Ok((0, ms)) => Took::No(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-                    _ => Took::Failed(unexpected(doing, &value)),
-                },
-                Some(Err(e)) => Took::Failed(e),
-                None => Took::Failed(Error::new(crate::ErrorKind::Server, "not sent")),
-            })
-            .collect()
-    }
-
-    /// The fencing token of a round that a majority granted with validity left, once the
-    /// counters of that majority are raised to it in time; `None` when the round was not won.
-    fn won(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        token: &str,
-        took: &[Took],
-        timeout: Duration,
-        valid_until: Instant,
-    ) -> Option<u64> {
-        let taken: Vec<usize> = (0..took.len())
-            .filter(|&i| matches!(took[i], Took::Yes(_)))
-            .collect();
-        if taken.len() < self.quorum || Instant::now() >= valid_until {
-            return None;
-        }
-        let fencing_token = took
-            .iter()
-            .filter_map(|t| match t {
-                Took::Yes(fence) => Some(*fence),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
-        // Instances whose counter is below the token are raised to it; when a majority is
-        // there already (counters in step, as when every instance granted the last
-        // acquisitions), no raise is needed.
-        let behind: Vec<usize> = taken
-            .iter()
-            .copied()
-            .filter(|&i| matches!(took[i], Took::Yes(f) if f < fencing_token))
-            .collect();
-        let at_token = taken.len() - behind.len();
-        let raised = at_token >= self.quorum
-            || at_token + self.raise_fences(name, keys, token, fencing_token, &behind, timeout)
-                >= self.quorum;
-        (raised && Instant::now() < valid_until).then_some(fencing_token)
-    }
-
-    /// Raises the fencing counters on the instances in `behind` to `fencing_token`, while the
-    /// lock is held there. Returns how many did it in time.
-    fn raise_fences(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        token: &str,
-        fencing_token: u64,
-        behind: &[usize],
-        timeout: Duration,
-    ) -> usize {
-        let calls: Vec<Option<ScriptCall>> = keys
-            .iter()
-            .enumerate()
-            .map(|(i, k)| {
-                behind.contains(&i).then(|| {
-                    ScriptCall::new(&RAISE_FENCE)
-                        .key(&k.lock)
-                        .key(&k.fence)
-                        .arg(token)
-                        .arg(fencing_token)
-                })
-            })
-            .collect();
-        let doing = Doing::lock("ordering the fencing token of", name);
-        let replies = fan_out(&self.instances, keys, &calls, timeout, doing);
-        replies
-            .iter()
-            .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
-            .count()
-    }
-
-    /// Has instance `i`'s renewal thread release the lock held with `token` there (a
-    /// compare-and-delete), at once and again until it answers or the lease has passed.
-    fn release_later(
-        &self,
-        i: usize,
-        name: &Arc<str>,
-        keys: &LockKeys,
-        token: &str,
-        lease: Duration,
-    ) {
-        let lock_key: Arc<str> = Arc::from(keys.lock.as_str());
-        self.instances[i].ctx.clean_up_later(
-            &lock_key,
-            name,
-            mutex::protocol().release(keys, token),
-            Instant::now() + lease + self.response_timeout(),
-        );
-    }
-
-    /// Releases the lock held with `token` on every instance, each within the per-instance
-    /// timeout. Returns how many instances released it, how many said it was not (or no
-    /// longer) ours, and the first error; an instance whose answer was lost gets a clean-up
-    /// from its client's renewal thread.
-    pub(crate) fn release_round(
-        &self,
-        name: &Arc<str>,
-        keys: &[LockKeys],
-        token: &str,
-        lease: Duration,
-        doing: Doing<'_>,
-    ) -> (usize, usize, Option<Error>) {
-        let protocol = mutex::protocol();
-        let calls = on_every(keys, |k| protocol.release(k, token));
-        let replies = fan_out(
-            &self.instances,
-            keys,
-            &calls,
-            self.instance_timeout(lease),
-            doing,
-        );
-        let (mut released, mut not_ours, mut error) = (0, 0, None);
-        for (i, reply) in replies.into_iter().enumerate() {
-            match reply {
-                Some(Ok(redis::Value::Int(1))) => released += 1,
-                Some(Ok(_)) => not_ours += 1,
-                Some(Err(e)) => {
-                    if e.outcome_unknown() {
-                        self.release_later(i, name, &keys[i], token, lease);
-                    }
-                    error.get_or_insert(e);
-                }
-                None => {}
-            }
-        }
-        (released, not_ours, error)
-    }
-
-    /// The longest response timeout of the instances.
-    pub(crate) fn response_timeout(&self) -> Duration {
-        self.instances
-            .iter()
-            .map(|i| i.ctx.config.response_timeout)
-            .max()
-            .unwrap_or(Duration::from_secs(1))
-    }
-
-    /// The remaining lease of a hold on the instances that still hold `token`, as a majority
-    /// sees it (the majority-th longest), or `None` when fewer than a majority hold it.
-    pub(crate) fn check_round(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        token: &str,
-    ) -> Result<Option<Duration>> {
-        let doing = Doing::lock("verifying", name);
-        let calls = on_every(keys, |k| ScriptCall::new(&CHECK).key(&k.lock).arg(token));
-        let replies = self.timed_fan_out(keys, &calls, doing);
-        self.majority_ms(replies, doing)
-    }
-
-    /// Adds to (`add`) or replaces (`set`) the lease on every instance that holds `token`;
-    /// returns the new remaining lease as a majority sees it, or `None` when fewer than a
-    /// majority hold it.
-    pub(crate) fn change_lease_round(
-        &self,
-        name: &str,
-        keys: &[LockKeys],
-        token: &str,
-        by: Duration,
-        how: &'static str,
-    ) -> Result<Option<Duration>> {
-        let doing = Doing::lock("extending the lease of", name);
-        let calls = on_every(keys, |k| {
-            ScriptCall::new(&CHANGE_LEASE)
-                .key(&k.lock)
-                .arg(token)
-                .arg(millis(by))
-                .arg(how)
-        });
-        let replies = self.timed_fan_out(keys, &calls, doing);
-        self.majority_ms(replies, doing)
-    }
-
-    /// Whether a majority of the instances hold the lock, whoever holds it.
-    pub(crate) fn locked_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
-        let doing = Doing::lock("checking", name);
-        let calls = on_every(keys, |k| ScriptCall::new(&REMAINING).key(&k.lock));
-        let replies = self.timed_fan_out(keys, &calls, doing);
-        Ok(self.majority_ms(replies, doing)?.is_some())
-    }
-
-    /// Deletes the lock on every instance, whoever holds it. Returns whether any instance
-    /// had it.
-    pub(crate) fn force_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
-        let doing = Doing::lock("force-unlocking", name);
-        let protocol = mutex::protocol();
-        let calls = on_every(keys, |k| protocol.force_release(k));
-        let answers = self.answers(self.timed_fan_out(keys, &calls, doing), doing);
-        self.majority_answered(&answers.failed, doing)?;
-        let any = answers.ints().any(|n| n > 0);
-        Ok(any)
-    }
-
-    /// Leaves a poison record on every instance that still holds `token` (a thread panicked
-    /// while holding it). Best effort: failures are logged.
-    pub(crate) fn mark_poisoned_round(&self, name: &str, keys: &[LockKeys], token: &str) {
-        let doing = Doing::lock("recording a panic on", name);
-        let record = PoisonInfo::here(token).encode();
-        let calls = on_every(keys, |k| {
-            ScriptCall::new(&MARK_POISONED)
-                .key(&k.lock)
-                .key(&k.poison)
-                .arg(token)
-                .arg(&record)
-        });
-        let replies = self.timed_fan_out(keys, &calls, doing);
-        let marked = replies
-            .iter()
-            .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
-            .count();
-        log::warn!(
-            "redmutex: a thread panicked while holding Redlock {name:?}; it is released and \
-             marked poisoned on {marked} of {} instances",
-            self.instances.len()
-        );
-    }
-
-    /// The poison record of the lock, from the first instance that has one.
-    pub(crate) fn poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<Option<PoisonInfo>> {
-        let doing = Doing::lock("reading the poison record of", name);
-        let answers = self.answers(self.poison_record(keys, "get", doing), doing);
-        if let Some(record) = answers
-            .values
-            .iter()
-            .find_map(|v| redis::from_redis_value_ref::<String>(v).ok())
-        {
-            return Ok(Some(PoisonInfo::decode(&record)));
-        }
-        self.majority_answered(&answers.failed, doing)?;
-        Ok(None)
-    }
-
-    /// Removes the poison record on every instance; returns whether any had one.
-    pub(crate) fn clear_poison_round(&self, name: &str, keys: &[LockKeys]) -> Result<bool> {
-        let doing = Doing::lock("clearing the poison record of", name);
-        let answers = self.answers(self.poison_record(keys, "clear", doing), doing);
-        if let Some(first) = answers.failed.first() {
-            let answered = self.instances.len() - answers.failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                first,
-            ));
-        }
-        let any = answers.ints().any(|n| n > 0);
-        Ok(any)
-    }
-
-    fn poison_record(
-        &self,
-        keys: &[LockKeys],
-        how: &str,
-        doing: Doing<'_>,
-    ) -> Vec<Option<Result<redis::Value>>> {
-        let calls = on_every(keys, |k| {
-            ScriptCall::new(&POISON_RECORD).key(&k.poison).arg(how)
-        });
-        self.timed_fan_out(keys, &calls, doing)
-    }
-
-    fn timed_fan_out(
-        &self,
-        keys: &[LockKeys],
-        calls: &[Option<ScriptCall>],
-        doing: Doing<'_>,
-    ) -> Vec<Option<Result<redis::Value>>> {
-        fan_out(&self.instances, keys, calls, self.response_timeout(), doing)
-    }
-
-    /// From replies in milliseconds (negative: not held): the majority-th longest, `None`
-    /// when fewer than a majority are non-negative; an error when too few answered to tell.
-    fn majority_ms(
-        &self,
-        replies: Vec<Option<Result<redis::Value>>>,
-        doing: Doing<'_>,
-    ) -> Result<Option<Duration>> {
-        let answers = self.answers(replies, doing);
-        let mut held: Vec<u64> = answers
-            .ints()
-            .filter_map(|ms| u64::try_from(ms).ok())
-            .collect();
-        if held.len() >= self.quorum {
-            held.sort_unstable_by(|a, b| b.cmp(a));
-            return Ok(Some(Duration::from_millis(held[self.quorum - 1])));
-        }
-        let failed = &answers.failed;
-        if !failed.is_empty() && held.len() + failed.len() >= self.quorum {
-            // The instances that did not answer could make a majority: no telling.
-            let answered = self.instances.len() - failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                &failed[0],
-            ));
-        }
-        Ok(None)
-    }
-
-    /// Splits the replies of a round into values and failures.
-    fn answers(&self, replies: Vec<Option<Result<redis::Value>>>, doing: Doing<'_>) -> Answers {
-        let mut answers = Answers::default();
-        for reply in replies.into_iter().flatten() {
-            match reply {
-                Ok(redis::Value::ServerError(e)) => answers
-                    .failed
-                    .push(unexpected(doing, &redis::Value::ServerError(e))),
-                Ok(value) => answers.values.push(value),
-                Err(e) => answers.failed.push(e),
-            }
-        }
-        answers
-    }
-
-    /// Fails when more instances failed than a majority can spare.
-    fn majority_answered(&self, failed: &[Error], doing: Doing<'_>) -> Result<()> {
-        if failed.len() > self.instances.len() - self.quorum {
-            let answered = self.instances.len() - failed.len();
-            return Err(too_few_answered(
-                answered,
-                self.instances.len(),
-                doing,
-                &failed[0],
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// What the instances of a round answered.
@@ -501,5 +74,616 @@ impl Answers {
             redis::Value::Int(n) => Some(*n),
             _ => None,
         })
+    }
+}
+
+/// What a release round tells of a hold that was not known to be lost before it.
+#[derive(Debug, PartialEq, Eq)]
+enum ReleaseOutcome {
+    /// A majority of the instances answered: the lock is no longer this holder's on a
+    /// majority, and the hold, valid until the release, was not lost.
+    Confirmed,
+    /// Too few instances released it for a majority to have held it: it was lost.
+    Lost,
+    /// Too few instances answered to tell.
+    Unknown,
+}
+
+/// The outcome of a release that `released` instances carried out and `not_ours` found not
+/// (or no longer) holding this holder's token, of `n`, the others not answering. An instance
+/// that never granted the hold (it was down, or someone else's copy was there when the hold
+/// was taken) says "not ours" too, so those answers confirm the release without counting as
+/// a loss while the instances that did not answer could still make up the majority that held
+/// it (an instance killed during the release round, say).
+fn release_outcome(released: usize, not_ours: usize, n: usize, quorum: usize) -> ReleaseOutcome {
+    let silent = n - released - not_ours;
+    if released >= quorum {
+        ReleaseOutcome::Confirmed
+    } else if released + silent < quorum {
+        ReleaseOutcome::Lost
+    } else if released + not_ours >= quorum {
+        ReleaseOutcome::Confirmed
+    } else {
+        ReleaseOutcome::Unknown
+    }
+}
+
+impl Quorum {
+    /// The per-instance timeout for a lease.
+    pub(crate) fn instance_timeout(&self, lease: Duration) -> Duration {
+        self.instance_timeout
+            .unwrap_or_else(|| (lease / 20).min(MAX_DEFAULT_INSTANCE_TIMEOUT))
+            .max(Duration::from_millis(1))
+    }
+
+    /// How many instances must hold a lock of which `capacity` units exist: a majority for
+    /// a lock one holder at a time may have. A lock that `c` may hold at once (a semaphore's
+    /// permits) needs more, `n·c/(c+1) + 1` of `n`: with fewer, `c + 1` holders could each
+    /// hold on their own set of instances, no instance seeing more than `c` of them. (Readers
+    /// of a read-write lock share it without a bound, and a writer, with a capacity of 1,
+    /// meets each of them on some instance.)
+    pub(crate) fn needed(&self, capacity: u32) -> usize {
+        needed_of(self.instances.len(), capacity)
+    }
+
+    /// The longest response timeout of the instances.
+    fn response_timeout(&self) -> Duration {
+        self.instances
+            .iter()
+            .map(|i| i.ctx.config.response_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(1))
+    }
+
+    /// `call` on every instance, each answer read within the response timeout.
+    fn round(&self, route: &str, call: &ScriptCall, doing: Doing<'_>) -> Vec<Reply> {
+        let calls: Vec<Option<&ScriptCall>> = self.instances.iter().map(|_| Some(call)).collect();
+        fan_out(
+            &self.instances,
+            route,
+            &calls,
+            self.response_timeout(),
+            doing,
+        )
+    }
+
+    /// Splits the replies of a round into values and failures.
+    fn answers(replies: Vec<Reply>, doing: Doing<'_>) -> Answers {
+        let mut answers = Answers::default();
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::ServerError(e)) => answers
+                    .failed
+                    .push(unexpected(doing, &redis::Value::ServerError(e))),
+                Ok(value) => answers.values.push(value),
+                Err(e) => answers.failed.push(e),
+            }
+        }
+        answers
+    }
+
+    /// Fails when more instances failed than `needed` can spare.
+    fn enough_answered(&self, needed: usize, failed: &[Error], doing: Doing<'_>) -> Result<()> {
+        let n = self.instances.len();
+        match failed.first() {
+            Some(first) if failed.len() > n - needed => {
+                Err(too_few_answered(n - failed.len(), n, doing, first))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// From replies in milliseconds (negative: not held): the `needed`-th longest, `None`
+    /// when fewer than `needed` are non-negative; an error when too few answered to tell.
+    fn needed_ms(
+        &self,
+        needed: usize,
+        replies: Vec<Reply>,
+        doing: Doing<'_>,
+    ) -> Result<Option<Duration>> {
+        let answers = Self::answers(replies, doing);
+        let mut held: Vec<u64> = answers
+            .ints()
+            .filter_map(|ms| u64::try_from(ms).ok())
+            .collect();
+        if held.len() >= needed {
+            held.sort_unstable_by(|a, b| b.cmp(a));
+            return Ok(Some(Duration::from_millis(held[needed - 1])));
+        }
+        let failed = &answers.failed;
+        if let Some(first) = failed
+            .first()
+            .filter(|_| held.len() + failed.len() >= needed)
+        {
+            // The instances that did not answer could make a majority: no telling.
+            let n = self.instances.len();
+            return Err(too_few_answered(n - failed.len(), n, doing, first));
+        }
+        Ok(None)
+    }
+
+    /// The fencing token of a round that a majority granted (the largest of their counters),
+    /// once the counters of that majority are raised to it; `None` when the round was not won
+    /// or the raise did not reach a majority before `valid_until`.
+    fn won(
+        &self,
+        needed: usize,
+        (keys, token): (&LockKeys, &str),
+        took: &[Took],
+        timeout: Duration,
+        valid_until: Instant,
+    ) -> Option<u64> {
+        let fences: Vec<Option<u64>> = took
+            .iter()
+            .map(|t| match t {
+                Took::Yes(fence, _) => Some(*fence),
+                _ => None,
+            })
+            .collect();
+        let taken = fences.iter().flatten().count();
+        if taken < needed || Instant::now() >= valid_until {
+            return None;
+        }
+        let fencing_token = fences.iter().flatten().copied().max().unwrap_or(0);
+        // Instances whose counter is below the token are raised to it; when a majority is
+        // there already (counters in step, as when every instance granted the last
+        // acquisitions), no raise is needed.
+        let raise = ScriptCall::new(&RAISE_FENCE)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(fencing_token);
+        let calls: Vec<Option<&ScriptCall>> = fences
+            .iter()
+            .map(|f| f.filter(|&f| f < fencing_token).map(|_| &raise))
+            .collect();
+        let mut at_token = taken - calls.iter().flatten().count();
+        if at_token < needed {
+            let doing = Doing::work("ordering the fencing token of a Redlock");
+            let replies = fan_out(&self.instances, &keys.lock, &calls, timeout, doing);
+            at_token += replies
+                .iter()
+                .filter(|r| matches!(r, Some(Ok(redis::Value::Int(1)))))
+                .count();
+        }
+        (at_token >= needed && Instant::now() < valid_until).then_some(fencing_token)
+    }
+
+    /// Has instance `i`'s renewal thread send `call` (a token-checked release or abandon) at
+    /// once and again until it answers or `give_up_at`.
+    fn clean_up_on(
+        &self,
+        i: usize,
+        a: (&Arc<str>, &Arc<str>),
+        call: ScriptCall,
+        give_up_at: Instant,
+    ) {
+        let (name, lock_key) = a;
+        self.instances[i].ctx.clean_up_later(
+            lock_key,
+            name,
+            call,
+            give_up_at + self.response_timeout(),
+        );
+    }
+}
+
+impl Lessor for Quorum {
+    /// A majority of the instances was reached once.
+    fn reached(&self) -> bool {
+        let reached = self
+            .instances
+            .iter()
+            .filter(|i| i.connections.reached())
+            .count();
+        reached >= self.quorum
+    }
+
+    fn one_deployment(&self) -> Option<&Arc<Connections>> {
+        None
+    }
+
+    /// One round: the acquire on every instance; with a majority and validity left, the
+    /// fencing counters of that majority raised to the largest token it returned; else (or
+    /// if the raise did not reach a majority in time) what was taken is given back by each
+    /// instance's renewal thread, at once and off the caller's path.
+    fn attempt(&self, a: &Attempting<'_>, _renewal: &Renewal) -> Result<Attempted> {
+        let call = a.call;
+        let timeout = self.instance_timeout(call.lease);
+        if call.lease <= timeout {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "the lease ({:?}) must be above the per-instance timeout ({timeout:?})",
+                    call.lease
+                ),
+            ));
+        }
+        let doing = Doing::lock("acquiring", a.name);
+        let script = a.protocol.acquire(call);
+        let calls: Vec<Option<&ScriptCall>> =
+            self.instances.iter().map(|_| Some(&script)).collect();
+        let started = Instant::now();
+        let replies = fan_out(&self.instances, &call.keys.lock, &calls, timeout, doing);
+        let valid_until = started
+            + call
+                .lease
+                .saturating_sub(crate::config::clock_drift(call.lease));
+        let took: Vec<Took> = replies
+            .into_iter()
+            .map(
+                |reply| match reply.map(|r| r.and_then(|v| parse_acquire(v, doing))) {
+                    Some(Ok(r)) if r.taken == 1 => {
+                        Took::Yes(u64::try_from(r.value).unwrap_or(0), r.payload)
+                    }
+                    Some(Ok(r)) => Took::No(r.value),
+                    Some(Err(e)) => Took::Failed(e),
+                    None => Took::Failed(Error::new(ErrorKind::Server, "not sent")),
+                },
+            )
+            .collect();
+        let needed = self.needed(call.capacity);
+        if let Some(fencing_token) =
+            self.won(needed, (call.keys, call.token), &took, timeout, valid_until)
+        {
+            let payload = took.into_iter().find_map(|t| match t {
+                Took::Yes(_, payload) => payload,
+                _ => None,
+            });
+            return Ok(Attempted::Taken {
+                fencing_token,
+                held_until: valid_until,
+                payload,
+            });
+        }
+        let failed: Vec<Error> = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::Failed(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect();
+        let abandon = a.protocol.abandon(call.keys, call.token);
+        if let Err(e) = self.enough_answered(needed, &failed, doing) {
+            // The acquire ends here and its token is never sent again: what it may have left
+            // is given back by each instance's renewal thread, off the caller's path.
+            for (i, t) in took.iter().enumerate() {
+                if !matches!(t, Took::No(_)) {
+                    let at = started + call.lease;
+                    let call_again = a.protocol.abandon(call.keys, call.token);
+                    self.clean_up_on(i, (a.name, a.lock_key), call_again, at);
+                }
+            }
+            return Err(e);
+        }
+        // Not won, and the waiter attempts again with the same token: what it took is given
+        // back now (so that no two waiters hold each other's majority off until their leases
+        // run out), not later (a later give-back could remove what the next attempt takes).
+        // An instance whose reply was lost keeps its copy until the lease ends, or until the
+        // next attempt, which takes it as its own.
+        let give_back: Vec<Option<&ScriptCall>> = took
+            .iter()
+            .map(|t| matches!(t, Took::Yes(..)).then_some(&abandon))
+            .collect();
+        if give_back.iter().any(Option::is_some) {
+            let doing = Doing::lock("giving back a round of", a.name);
+            fan_out(&self.instances, &call.keys.lock, &give_back, timeout, doing);
+        }
+        let wait = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::No(ms) if *ms > 0 => Some(ms.unsigned_abs()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(0);
+        Ok(Attempted::Held {
+            wait: Duration::from_millis(wait),
+            release: Release::Announced,
+            contact: None,
+        })
+    }
+
+    fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let needed = self.needed(site.capacity);
+        let replies = self.round(site.route, call, doing);
+        let n = self.instances.len();
+        let (mut released, mut not_ours, mut error) = (0, 0, None);
+        for reply in replies.into_iter().flatten() {
+            match reply {
+                Ok(redis::Value::Int(1)) => released += 1,
+                Ok(redis::Value::Int(_)) => not_ours += 1,
+                Ok(other) => {
+                    error.get_or_insert(unexpected(doing, &other));
+                }
+                Err(e) => {
+                    error.get_or_insert(e);
+                }
+            }
+        }
+        if released < needed {
+            log::warn!(
+                "redmutex: {doing}: released on {released} of {n} Redlock instances; the rest \
+                 expire with the lease"
+            );
+        }
+        match release_outcome(released, not_ours, n, needed) {
+            ReleaseOutcome::Confirmed => Ok(true),
+            ReleaseOutcome::Lost => Ok(false),
+            ReleaseOutcome::Unknown => {
+                let why = error.unwrap_or_else(|| Error::new(ErrorKind::Server, "no reply"));
+                let answered = released + not_ours;
+                Err(Error::new(
+                    why.kind(),
+                    format!(
+                        "{doing}: only {answered} of {n} Redlock instances answered \
+                         ({released} released it), too few to tell whether it was still held; \
+                         the rest expire with the lease: {why}"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Never unread: a quorum's release counts its answers.
+    fn release_unread(
+        &self,
+        _: Site<'_>,
+        _: &ScriptCall,
+        _: Doing<'_>,
+        _: OnReply,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    fn remaining(
+        &self,
+        site: Site<'_>,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+    ) -> Result<Option<Duration>> {
+        self.needed_ms(
+            self.needed(site.capacity),
+            self.round(site.route, call, doing),
+            doing,
+        )
+    }
+
+    /// Valid while the majority-th longest remaining lease lasts, from the round's start,
+    /// less the drift.
+    fn change_lease(
+        &self,
+        site: Site<'_>,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+    ) -> Result<Option<Instant>> {
+        let sent_at = Instant::now();
+        let remaining = self.needed_ms(
+            self.needed(site.capacity),
+            self.round(site.route, call, doing),
+            doing,
+        )?;
+        Ok(remaining.map(|r| sent_at + r.saturating_sub(crate::config::clock_drift(r))))
+    }
+
+    fn acted(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let answers = Self::answers(self.round(site.route, call, doing), doing);
+        let acted = answers.ints().filter(|&n| n == 1).count();
+        if acted >= self.needed(site.capacity) {
+            return Ok(true);
+        }
+        self.enough_answered(self.needed(site.capacity), &answers.failed, doing)?;
+        Ok(false)
+    }
+
+    fn found(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let answers = Self::answers(self.round(lock_key, call, doing), doing);
+        self.enough_answered(self.quorum, &answers.failed, doing)?;
+        let any = answers.ints().any(|n| n > 0);
+        Ok(any)
+    }
+
+    /// From the first instance that has the key.
+    fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>> {
+        let call = ScriptCall::new(&KEY).key(key).arg("get");
+        let answers = Self::answers(self.round(lock_key, &call, doing), doing);
+        if let Some(value) = answers
+            .values
+            .iter()
+            .find_map(|v| redis::from_redis_value_ref::<String>(v).ok())
+        {
+            return Ok(Some(value));
+        }
+        self.enough_answered(self.quorum, &answers.failed, doing)?;
+        Ok(None)
+    }
+
+    /// On every instance; whether any had it.
+    fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {
+        let call = ScriptCall::new(&KEY).key(key).arg("del");
+        let answers = Self::answers(self.round(lock_key, &call, doing), doing);
+        self.enough_answered(self.quorum, &answers.failed, doing)?;
+        let any = answers.ints().any(|n| n > 0);
+        Ok(any)
+    }
+
+    /// `string` when a majority holds the lock, a type other than a lock's when any instance
+    /// has one there, else `none`.
+    fn key_type(&self, lock_key: &str, doing: Doing<'_>) -> Result<String> {
+        let call = ScriptCall::new(&KEY).key(lock_key).arg("type");
+        let answers = Self::answers(self.round(lock_key, &call, doing), doing);
+        self.enough_answered(self.quorum, &answers.failed, doing)?;
+        let types: Vec<String> = answers
+            .values
+            .iter()
+            .filter_map(|v| redis::from_redis_value_ref::<String>(v).ok())
+            .collect();
+        if let Some(other) = types.iter().find(|t| *t != "none" && *t != "string") {
+            return Ok(other.clone());
+        }
+        let held = types.iter().filter(|t| *t == "string").count();
+        Ok(match held >= self.quorum {
+            true => "string".to_owned(),
+            false => "none".to_owned(),
+        })
+    }
+
+    fn send(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<()> {
+        let answers = Self::answers(self.round(lock_key, call, doing), doing);
+        match (answers.values.is_empty(), answers.failed.into_iter().next()) {
+            (true, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Every lease on every instance (one pipelined round trip per instance); a lease is
+    /// valid while the majority-th latest renewal lasts, less the drift. Lost when so many
+    /// instances no longer hold it that the rest cannot make a majority.
+    fn renew(
+        &self,
+        leases: &[Renewing<'_>],
+        lease: Duration,
+    ) -> (Vec<Result<Option<Instant>>>, u64) {
+        let routed: Vec<Routed<'_>> = leases
+            .iter()
+            .map(|(site, call)| (site.route, *call))
+            .collect();
+        let doing = Doing::work("renewing Redlock leases");
+        let mut renewed: Vec<Vec<Instant>> = vec![Vec::new(); leases.len()];
+        let mut not_held = vec![0usize; leases.len()];
+        let mut failure: Vec<Option<Error>> = vec![None; leases.len()];
+        let mut trips = 0;
+        for instance in &self.instances {
+            let sent_at = Instant::now();
+            let (replies, used) = instance.connections.call_batch(&routed, doing);
+            trips += used;
+            for (l, reply) in replies.into_iter().enumerate() {
+                match reply {
+                    Ok(redis::Value::Int(1)) => renewed[l].push(sent_at),
+                    Ok(redis::Value::Int(_)) => not_held[l] += 1,
+                    Ok(other) => failure[l] = Some(unexpected(doing, &other)),
+                    Err(e) => failure[l] = Some(e),
+                }
+            }
+        }
+        let n = self.instances.len();
+        let valid = lease.saturating_sub(crate::config::clock_drift(lease));
+        let outcomes = renewed
+            .into_iter()
+            .zip(not_held)
+            .zip(failure)
+            .zip(leases)
+            .map(|(((mut times, not_held), failure), (site, _))| {
+                let needed = self.needed(site.capacity);
+                if times.len() >= needed {
+                    times.sort_unstable_by(|a, b| b.cmp(a));
+                    return Ok(Some(times[needed - 1] + valid));
+                }
+                if not_held > n - needed {
+                    return Ok(None);
+                }
+                Err(failure.unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::Server,
+                        format!("{doing}: too few instances answered"),
+                    )
+                }))
+            })
+            .collect();
+        (outcomes, trips)
+    }
+
+    /// Each call on every instance (one pipelined round trip per instance): the first
+    /// instance's answer when every instance answered (for integers, the largest), else the
+    /// first error.
+    fn batch(&self, calls: &[Routed<'_>], doing: Doing<'_>) -> (Vec<Result<redis::Value>>, u64) {
+        let mut combined: Vec<Result<redis::Value>> =
+            calls.iter().map(|_| Ok(redis::Value::Nil)).collect();
+        let mut trips = 0;
+        for (i, instance) in self.instances.iter().enumerate() {
+            let (replies, used) = instance.connections.call_batch(calls, doing);
+            trips += used;
+            for (slot, reply) in combined.iter_mut().zip(replies) {
+                *slot = match (std::mem::replace(slot, Ok(redis::Value::Nil)), reply) {
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                    (Ok(redis::Value::Int(a)), Ok(redis::Value::Int(b))) => {
+                        Ok(redis::Value::Int(a.max(b)))
+                    }
+                    (Ok(_), Ok(value)) if i == 0 => Ok(value),
+                    (Ok(value), Ok(_)) => Ok(value),
+                };
+            }
+        }
+        (combined, trips)
+    }
+
+    /// The instances belong to their own clients: nothing to stop here.
+    fn shutdown(&self, _wait: bool) {}
+}
+
+/// An acquire reply, or an error for one of the wrong shape.
+fn parse_acquire(value: redis::Value, doing: Doing<'_>) -> Result<crate::lease::AcquireReply> {
+    match redis::from_redis_value_ref::<crate::lease::AcquireReply>(&value) {
+        Ok(reply) => Ok(reply),
+        Err(_) => Err(unexpected(doing, &value)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{needed_of, release_outcome, ReleaseOutcome};
+
+    #[test]
+    fn a_lock_that_several_may_hold_needs_more_instances() {
+        // (instances, capacity) -> instances needed
+        let cases = [
+            ((3, 1), 2),
+            ((5, 1), 3),
+            ((4, 1), 3),
+            ((3, 2), 3),
+            ((5, 2), 4),
+            ((5, 4), 5),
+            ((7, 2), 5),
+            ((1, 9), 1),
+            ((5, u32::MAX), 5),
+        ];
+        for ((n, capacity), needed) in cases {
+            assert_eq!(
+                needed_of(n, capacity),
+                needed,
+                "{n} instances, {capacity} units"
+            );
+            // c + 1 holders, each on `needed` instances, cannot fit on n instances of at most
+            // c each: (c + 1) · needed > n · c.
+            let c = u64::from(capacity.min(1000));
+            assert!((c + 1) * needed as u64 > n as u64 * c);
+        }
+    }
+
+    #[test]
+    fn a_release_is_judged_by_the_instances_that_answered() {
+        // (released, not ours, of 5 with a quorum of 3)
+        let cases = [
+            ((5, 0), ReleaseOutcome::Confirmed),
+            ((3, 0), ReleaseOutcome::Confirmed),
+            // Held on three, one of them killed during the release; two never granted it.
+            ((2, 2), ReleaseOutcome::Confirmed),
+            ((1, 2), ReleaseOutcome::Confirmed),
+            // No majority could have held it.
+            ((2, 3), ReleaseOutcome::Lost),
+            ((0, 5), ReleaseOutcome::Lost),
+            ((1, 3), ReleaseOutcome::Lost),
+            // Three instances silent: too few answered to tell.
+            ((2, 0), ReleaseOutcome::Unknown),
+            ((0, 0), ReleaseOutcome::Unknown),
+            ((0, 2), ReleaseOutcome::Unknown),
+        ];
+        for ((released, not_ours), outcome) in cases {
+            assert_eq!(
+                release_outcome(released, not_ours, 5, 3),
+                outcome,
+                "{released} released, {not_ours} not ours"
+            );
+        }
     }
 }

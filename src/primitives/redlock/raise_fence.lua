@@ -1,11 +1,16 @@
--- Raise the fencing counter of a lock that holds our token to at least a value: the fencing
--- token of a Redlock acquisition (the largest counter its majority returned), so that every
--- later acquisition whose majority shares an instance with this one's gets a larger token.
+-- Raise a lock's fencing counter to at least a value: the fencing token of a Redlock
+-- acquisition (the largest counter its majority returned), so that every later acquisition
+-- whose majority shares an instance with this one's gets a larger token. Refused where the
+-- lock key holds another holder's token: that holder took the lock here after this one, and
+-- its counter may already be below the value. A lock key that is gone (no one took the lock
+-- since) or that is not a string (a shared hold's keys) does not refuse it: any later `INCR`
+-- here runs after this raise.
 --
 -- KEYS[1]: the lock key; KEYS[2]: the fencing counter.
 -- ARGV[1]: the token; ARGV[2]: the value (a decimal integer, as Rust writes a u64).
--- Reply: 1 when the lock holds the token (the counter is then at least the value), else 0.
-if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+-- Reply: 1 when the counter is at least the value now, 0 when refused.
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'string' and holder ~= ARGV[1] then
   return 0
 end
 -- Compared as text, exactly (Lua's numbers are doubles, exact only below 2^53): a longer

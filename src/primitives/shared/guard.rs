@@ -75,6 +75,13 @@ impl<T: Serialize> SharedGuard<T> {
         self.lease().is_none_or(LeaseGuard::is_lost)
     }
 
+    /// How long the lease surely still runs, by this machine's clock, without a round trip;
+    /// zero once lost. See [`MutexGuard::validity_left`](crate::MutexGuard::validity_left).
+    pub fn validity_left(&self) -> std::time::Duration {
+        self.lease()
+            .map_or(std::time::Duration::ZERO, LeaseGuard::validity_left)
+    }
+
     /// A handle that tells, from any thread, when the lease is lost; see
     /// [`MutexGuard::lease_watch`](crate::MutexGuard::lease_watch).
     pub fn lease_watch(&self) -> LeaseWatch {
@@ -310,6 +317,9 @@ impl<T: Serialize> crate::Lease for SharedGuard<T> {
     }
     fn lease_watch(&self) -> LeaseWatch {
         SharedGuard::lease_watch(self)
+    }
+    fn validity_left(&self) -> Duration {
+        SharedGuard::validity_left(self)
     }
     fn verify(&self) -> Result<Duration> {
         SharedGuard::verify(self)

@@ -211,7 +211,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let mut waits = Backoff::new(config.backoff_base, config.backoff_cap);
         let mut collisions = Backoff::new(config.backoff_base, config.backoff_cap);
         // Errors that may pass keep this update from trying.
-        let mut outage = Outage::new(config, ctx.connections.reached(), &ctx.counters);
+        let mut outage = Outage::new(config, ctx.lessor.reached(), &ctx.counters);
         loop {
             ctx.ensure_open()?;
             let try_began = Instant::now();

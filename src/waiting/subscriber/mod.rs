@@ -15,6 +15,7 @@
 
 mod lane;
 mod push;
+mod set;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -29,6 +30,7 @@ use crate::error::Doing;
 use crate::fast_hash::FastHashMap;
 use lane::LaneThread;
 use push::Flavour;
+pub(crate) use set::Subscribers;
 
 /// The name the subscriber threads carry.
 pub(crate) const THREAD_NAME: &str = "redmutex-notify";
@@ -157,17 +159,23 @@ struct Lanes {
     running: Mutex<FastHashMap<usize, Lane>>,
 }
 
-/// The client's side of the subscriber threads.
+/// The client's side of the subscriber threads. Clones share them.
+#[derive(Clone)]
 pub(crate) struct Subscriber {
     lanes: Arc<Lanes>,
 }
 
-/// One waiter's interest in one channel. Dropping it ends the interest.
+/// One waiter's interest in one channel (or in one channel on each of several servers,
+/// sharing one signal: see [`Subscribers`]). Dropping it ends the interest.
 pub(crate) struct Subscription {
     shared: Arc<SubscriberState>,
     channel: Arc<str>,
     id: u64,
     signal: Arc<Signal>,
+    /// The same channel on other servers, sharing `signal`.
+    others: Vec<Subscription>,
+    /// How many of this one and `others` must be live for the whole to be.
+    needed: usize,
 }
 
 impl Subscriber {
@@ -203,28 +211,29 @@ impl Subscriber {
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
     ) -> Option<Subscription> {
+        self.subscribe_if_live_with(channel, filter, Arc::default())
+    }
+
+    /// [`subscribe_if_live`](Self::subscribe_if_live), bumping `signal` on a wake-up.
+    pub(crate) fn subscribe_if_live_with(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+        signal: Arc<Signal>,
+    ) -> Option<Subscription> {
         let shared = self.shared();
         let mut state = shared.state.lock();
         let entry = state.channels.get_mut(channel)?;
         if !entry.confirmed {
             return None;
         }
-        Some(register(shared, entry, channel, filter, Arc::default()))
+        Some(register(shared, entry, channel, filter, signal))
     }
 
     /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
-    /// the lane of its shard when needed. Returns `None` when the thread cannot be started;
-    /// the caller then waits with backoff alone.
-    pub(crate) fn subscribe(
-        &self,
-        channel: &Arc<str>,
-        filter: Option<Arc<str>>,
-    ) -> Option<Subscription> {
-        self.subscribe_with(channel, filter, Arc::default())
-    }
-
-    /// [`subscribe`](Self::subscribe), bumping `signal` on a wake-up: a signal shared with
-    /// subscriptions of other clients wakes one waiter from any of them.
+    /// the lane of its shard when needed, bumping `signal` on a wake-up (a signal shared with
+    /// subscriptions of other clients wakes one waiter from any of them). Returns `None` when
+    /// the thread cannot be started; the caller then waits with backoff alone.
     pub(crate) fn subscribe_with(
         &self,
         channel: &Arc<str>,
@@ -306,6 +315,8 @@ fn register(
         channel: Arc::clone(channel),
         id,
         signal,
+        others: Vec::new(),
+        needed: 1,
     }
 }
 
@@ -417,8 +428,34 @@ fn reassign(shared: &SubscriberState, lanes: &Weak<Lanes>, channels: Vec<Arc<str
 }
 
 impl Subscription {
-    /// Waits until Redis confirmed the subscription, or `deadline`. Returns whether confirmed.
+    /// One subscription of `parts`, each to the same channel on another server and sharing
+    /// one signal, live while `needed` of them are. `None` when `parts` is empty.
+    pub(crate) fn joined(mut parts: Vec<Subscription>, needed: usize) -> Option<Subscription> {
+        if parts.is_empty() {
+            return None;
+        }
+        let mut first = parts.remove(0);
+        first.others = parts;
+        first.needed = needed;
+        Some(first)
+    }
+
+    /// Waits until Redis confirmed the subscription, or `deadline`. Returns whether confirmed
+    /// (on as many servers as the subscription needs).
     pub(crate) fn wait_confirmed(&self, deadline: Instant) -> bool {
+        if self.others.is_empty() {
+            return self.wait_confirmed_here(deadline);
+        }
+        let confirmed = usize::from(self.wait_confirmed_here(deadline))
+            + self
+                .others
+                .iter()
+                .filter(|o| o.wait_confirmed_here(deadline))
+                .count();
+        confirmed >= self.needed
+    }
+
+    fn wait_confirmed_here(&self, deadline: Instant) -> bool {
         let mut state = self.shared.state.lock();
         loop {
             if state
@@ -439,8 +476,18 @@ impl Subscription {
         }
     }
 
-    /// Whether the subscription is live now (confirmed on a working connection).
+    /// Whether the subscription is live now (confirmed on a working connection, on as many
+    /// servers as it needs).
     pub(crate) fn is_live(&self) -> bool {
+        if self.others.is_empty() {
+            return self.is_live_here();
+        }
+        let live = usize::from(self.is_live_here())
+            + self.others.iter().filter(|o| o.is_live_here()).count();
+        live >= self.needed
+    }
+
+    fn is_live_here(&self) -> bool {
         self.shared
             .state
             .lock()

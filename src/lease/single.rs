@@ -1,0 +1,478 @@
+//! The single-deployment lessor: a client's holds live on the one server (standalone, the
+//! Sentinel master, or the Cluster master of the lock's slot) that owns the lock's keys. It
+//! adds what one deployment can do: plain commands for a free lock (`plain_take`), replica
+//! acknowledgements (`WAIT`) with the lease counted from the send, and releases written
+//! without waiting for their reply.
+
+use std::cell::{Cell, LazyCell};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::ReplicaAcks;
+use crate::connection::{AckRule, Acked, Conn, Connections, OnReply, Routed, ScriptCall};
+use crate::error::{Doing, Error, ErrorKind, Result};
+use crate::identity::Identity;
+use crate::lease::cleanup::Cleanup;
+use crate::lease::lessor::{Attempted, Attempting, Contact, Lessor, Renewing, Site};
+use crate::lease::plain_take::{self, SeededCounters};
+use crate::lease::renewal::{Renewal, BATCH_SIZE};
+use crate::lease::replication::{self, LeaseWrite};
+use crate::lease::reply::AcquireReply;
+use crate::waiting::Release;
+
+/// A client's one deployment, as the lease stack's lessor.
+pub(crate) struct Single {
+    connections: Arc<Connections>,
+    /// Replicas each lease write must reach before it counts.
+    acks: Option<ReplicaAcks>,
+    /// How long past a lease a clean-up is still sent.
+    response_timeout: Duration,
+    /// The fencing counters this client saw started: the locks it may take plainly.
+    seeded: SeededCounters,
+    /// Who the client is, announced while its renewal thread runs.
+    identity: Identity,
+}
+
+impl Single {
+    pub(crate) fn new(
+        connections: Arc<Connections>,
+        acks: Option<ReplicaAcks>,
+        response_timeout: Duration,
+        identity: Identity,
+    ) -> Self {
+        Single {
+            connections,
+            acks,
+            response_timeout,
+            seeded: SeededCounters::new(),
+            identity,
+        }
+    }
+
+    /// Runs one call that is safe to repeat, once more on a fresh connection when the
+    /// connection dropped under it (a Redis restart leaves every pooled connection dead). A
+    /// call that timed out is not repeated.
+    fn call<T>(
+        &self,
+        route: &str,
+        doing: Doing<'_>,
+        f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
+    ) -> Result<T> {
+        call_retried(&self.connections, route, doing, f)
+    }
+
+    /// The round trip of one attempt on connection `c`: the script and `WAIT` when replicas
+    /// must hold the lease (the acknowledgements, as (got, asked), of a lock taken), else
+    /// plain commands when `plainly` (`took` is set if they left the lock holding the token),
+    /// else the script.
+    fn send_attempt(
+        &self,
+        c: &mut Conn,
+        a: &Attempting<'_>,
+        script: &LazyCell<ScriptCall, impl FnOnce() -> ScriptCall>,
+        plainly: bool,
+        took: &Cell<bool>,
+    ) -> redis::RedisResult<(AcquireReply, Option<(i64, u32)>)> {
+        if let Some((replicas, timeout)) = self.replicas_to_ask(LeaseWrite::Acquire, c)? {
+            let (reply, got): (AcquireReply, i64) = script.invoke_and_wait(c, replicas, timeout)?;
+            let acks = (reply.taken == 1).then_some((got, replicas));
+            return Ok((reply, acks));
+        }
+        if !plainly {
+            return Ok((script.invoke(c)?, None));
+        }
+        let (call, protocol) = (a.call, a.protocol);
+        let (keys, token) = (call.keys, call.token);
+        let queue = protocol
+            .queue_before_plain_take()
+            .then_some(keys.queue.as_str());
+        let reply = plain_take::acquire(
+            c,
+            (keys, token, call.lease_ms()),
+            (call.queue, queue),
+            (
+                |c: &mut Conn| script.invoke(c),
+                || protocol.release(keys, token),
+            ),
+            took,
+        )?;
+        Ok((reply, None))
+    }
+
+    /// What an attempt's reply means (a lock taken that too few replicas acknowledged is
+    /// given back, and is an error).
+    fn attempt_outcome(
+        &self,
+        a: &Attempting<'_>,
+        (reply, acks): (AcquireReply, Option<(i64, u32)>),
+        sent_at: Instant,
+        renewal: &Renewal,
+    ) -> Result<Attempted> {
+        let keys = a.call.keys;
+        if let Some(acks) = acks.filter(|&a| reply.taken == 1 && replication::too_few(a)) {
+            self.roll_back(a, sent_at + a.call.lease, renewal);
+            self.connections.replicas_short(&keys.lock);
+            return Err(self.not_replicated(acks, "the acquire; it was rolled back"));
+        }
+        match reply {
+            AcquireReply {
+                taken: 1,
+                value: fencing_token,
+                payload,
+                ..
+            } => {
+                let fencing_token = u64::try_from(fencing_token).unwrap_or(0);
+                self.seeded.saw(&keys.fence, fencing_token);
+                Ok(Attempted::Taken {
+                    fencing_token,
+                    held_until: sent_at + self.counted(a.call.lease),
+                    payload,
+                })
+            }
+            AcquireReply {
+                taken: 0,
+                value: wait_ms,
+                server_ms,
+                ..
+            } => Ok(Attempted::Held {
+                wait: Duration::from_millis(wait_ms.unsigned_abs()),
+                // A negative time: the holder does not announce its release.
+                release: match wait_ms < 0 {
+                    true => Release::Unannounced,
+                    false => Release::Announced,
+                },
+                contact: server_ms.map(|server_ms| Contact { sent_at, server_ms }),
+            }),
+            AcquireReply { taken, value, .. } => Err(Error::new(
+                ErrorKind::Server,
+                format!(
+                    "{}: unexpected reply {{{taken}, {value}}} from the script",
+                    Doing::lock("acquiring", a.name)
+                ),
+            )),
+        }
+    }
+
+    /// Gives back a lock that was taken but cannot be kept: one try now, then the renewal
+    /// thread's clean-up.
+    #[cold]
+    fn roll_back(&self, a: &Attempting<'_>, give_up_at: Instant, renewal: &Renewal) {
+        let (keys, token) = (a.call.keys, a.call.token);
+        let doing = Doing::lock("rolling back", a.name);
+        let result = self.connections.call(&keys.lock, doing, |c| {
+            a.protocol.abandon(keys, token).invoke::<i64>(c)
+        });
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}; retrying in the background");
+            self.abandon_later(a, give_up_at, renewal);
+        }
+    }
+
+    /// Has the renewal thread remove what the attempt may have left, until Redis answers or
+    /// `give_up_at`, when the lease it asked for has passed.
+    #[cold]
+    fn abandon_later(&self, a: &Attempting<'_>, give_up_at: Instant, renewal: &Renewal) {
+        renewal.clean_up_later(
+            a.lock_key,
+            Cleanup {
+                name: Arc::clone(a.name),
+                call: a.protocol.abandon(a.call.keys, a.call.token),
+                give_up_at: give_up_at + self.response_timeout,
+            },
+        );
+    }
+
+    fn replicas_to_ask(
+        &self,
+        write: LeaseWrite,
+        c: &mut Conn,
+    ) -> redis::RedisResult<Option<(u32, Duration)>> {
+        replication::replicas_to_ask(self.acks, write, c)
+    }
+
+    /// The part of a lease the client counts from the send of a write that set it.
+    fn counted(&self, lease: Duration) -> Duration {
+        replication::counted(self.acks, lease)
+    }
+
+    /// The error of a write that too few replicas acknowledged: `what` says which, and what
+    /// became of it ("the acquire …; it was rolled back").
+    fn not_replicated(&self, acks: (i64, u32), what: &str) -> Error {
+        replication::not_replicated(self.acks, acks, what)
+    }
+}
+
+/// Runs one call that is safe to repeat on `connections`, once more on a fresh connection
+/// when the connection dropped under it.
+pub(crate) fn call_retried<T>(
+    connections: &Connections,
+    route: &str,
+    doing: Doing<'_>,
+    f: impl Fn(&mut Conn) -> redis::RedisResult<T>,
+) -> Result<T> {
+    match connections.call(route, doing, &f) {
+        Err(e) if e.is_connection() && !e.is_checkout() => connections.call(route, doing, &f),
+        other => other,
+    }
+}
+
+impl Lessor for Single {
+    fn reached(&self) -> bool {
+        self.connections.reached()
+    }
+
+    fn one_deployment(&self) -> Option<&Arc<Connections>> {
+        Some(&self.connections)
+    }
+
+    /// After a dropped connection (a reply that cannot have come), the same call is sent once
+    /// more on a fresh connection: an acquire script that finds its own token treats the lock
+    /// as taken, so this is safe. Any other unknown outcome (a time-out) is reported at once,
+    /// and the token-checked clean-up goes to the renewal thread.
+    fn attempt(&self, a: &Attempting<'_>, renewal: &Renewal) -> Result<Attempted> {
+        let call = a.call;
+        let keys = call.keys;
+        let doing = Doing::lock("acquiring", a.name);
+        // Built when first sent: an attempt that plain commands settle never sends it.
+        let script = LazyCell::new(|| a.protocol.acquire(call));
+        let plainly = a.first
+            && a.protocol.takes_plainly(call)
+            && !self.connections.redirects()
+            && self.seeded.contains(&keys.fence);
+        let mut resent = false;
+        // Set when a plain take left the lock holding the token before the script's reply.
+        let took = Cell::new(false);
+        loop {
+            let sent_at = Instant::now();
+            let reply = self.connections.call(&keys.lock, doing, |c| {
+                self.send_attempt(c, a, &script, plainly, &took)
+            });
+            return match reply {
+                Ok(reply) => self.attempt_outcome(a, reply, sent_at, renewal),
+                // The lock may be ours without our knowing, or a plain `SET` took it and the
+                // script refused to finish the take (an ACL without `EVALSHA`): the token is
+                // never used again, so the lock is removed off this path.
+                Err(err) if err.outcome_unknown() || took.get() => {
+                    if err.is_connection() && !resent {
+                        resent = true;
+                        continue;
+                    }
+                    self.abandon_later(a, sent_at + call.lease, renewal);
+                    Err(err)
+                }
+                Err(err) => Err(err),
+            };
+        }
+    }
+
+    fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let released: i64 = self
+            .connections
+            .call(site.route, doing, |c| call.invoke(c))?;
+        Ok(released == 1)
+    }
+
+    fn release_unread(
+        &self,
+        site: Site<'_>,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+        settle: OnReply,
+    ) -> Result<bool> {
+        self.connections
+            .send_unread(site.route, call, doing, settle)
+    }
+
+    fn remaining(
+        &self,
+        site: Site<'_>,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+    ) -> Result<Option<Duration>> {
+        let ms: i64 = self.call(site.route, doing, |c| call.invoke(c))?;
+        Ok(u64::try_from(ms).ok().map(Duration::from_millis))
+    }
+
+    fn change_lease(
+        &self,
+        site: Site<'_>,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+    ) -> Result<Option<Instant>> {
+        let sent_at = Instant::now();
+        let (remaining, acks): (i64, Option<(i64, u32)>) = self.call(site.route, doing, |c| {
+            match self.replicas_to_ask(LeaseWrite::Renewal, c)? {
+                Some((replicas, timeout)) => {
+                    let (remaining, got) = call.invoke_and_wait(c, replicas, timeout)?;
+                    Ok((remaining, Some((got, replicas))))
+                }
+                None => Ok((call.invoke(c)?, None)),
+            }
+        })?;
+        if let Some(acks) = acks.filter(|acks| remaining >= 0 && replication::too_few(*acks)) {
+            // The lease the holder counts stays as it was: a failover may lose the change.
+            self.connections.replicas_short(site.route);
+            return Err(
+                self.not_replicated(acks, "the lease change; the lease counted stays as it was")
+            );
+        }
+        // Counted from the sending: the local view never outlives Redis's.
+        Ok(u64::try_from(remaining)
+            .ok()
+            .map(|ms| sent_at + self.counted(Duration::from_millis(ms))))
+    }
+
+    fn acted(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let done: i64 = self.call(site.route, doing, |c| call.invoke(c))?;
+        Ok(done == 1)
+    }
+
+    fn found(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+        let found: i64 = self.call(lock_key, doing, |c| call.invoke(c))?;
+        Ok(found == 1)
+    }
+
+    fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>> {
+        self.call(lock_key, doing, |c| redis::cmd("GET").arg(key).query(c))
+    }
+
+    fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {
+        let removed: i64 = self.call(lock_key, doing, |c| redis::cmd("DEL").arg(key).query(c))?;
+        Ok(removed == 1)
+    }
+
+    fn key_type(&self, lock_key: &str, doing: Doing<'_>) -> Result<String> {
+        self.call(lock_key, doing, |c| {
+            redis::cmd("TYPE").arg(lock_key).query(c)
+        })
+    }
+
+    fn send(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<()> {
+        self.connections
+            .call(lock_key, doing, |c| call.invoke::<redis::Value>(c))
+            .map(drop)
+    }
+
+    /// Grouped by server first, so that every batch is one round trip to one server: the
+    /// leases of a period cost at most one round trip per server more than one per batch.
+    /// With replica acknowledgements, each server's renewals end with `WAIT`: a renewal that
+    /// too few replicas acknowledged extends nothing (a failover may lose it).
+    fn renew(
+        &self,
+        leases: &[Renewing<'_>],
+        lease: Duration,
+    ) -> (Vec<Result<Option<Instant>>>, u64) {
+        let mut by_shard: Vec<(usize, Vec<usize>)> = Vec::new();
+        for (i, (Site { route, .. }, _)) in leases.iter().enumerate() {
+            let shard = self.connections.shard_of(route);
+            match by_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, group)) => group.push(i),
+                None => by_shard.push((shard, vec![i])),
+            }
+        }
+        let acks_rule = |c: &mut Conn| self.replicas_to_ask(LeaseWrite::Renewal, c);
+        let rule: Option<AckRule<'_>> = self.acks.is_some().then_some(&acks_rule);
+        let counted = self.counted(lease);
+        let mut outcomes: Vec<Result<Option<Instant>>> =
+            (0..leases.len()).map(|_| Ok(None)).collect();
+        let (mut trips, mut short) = (0, None);
+        for (_, group) in &by_shard {
+            for chunk in group.chunks(BATCH_SIZE) {
+                let calls: Vec<Routed<'_>> = chunk
+                    .iter()
+                    .map(|&i| (leases[i].0.route, leases[i].1))
+                    .collect();
+                let sent_at = Instant::now();
+                let (replies, used) =
+                    self.connections
+                        .call_batch_acked(&calls, Doing::work("renewing leases"), rule);
+                trips += used;
+                for (&i, reply) in chunk.iter().zip(replies) {
+                    outcomes[i] = renewal_outcome(reply, leases[i].0.route, &mut short)
+                        .map(|held| held.then(|| sent_at + counted));
+                }
+            }
+        }
+        if let Some(route) = short {
+            // The deployment may count replicas that are gone: have it look again.
+            self.connections.replicas_short(route);
+        }
+        (outcomes, trips)
+    }
+
+    fn batch(&self, calls: &[Routed<'_>], doing: Doing<'_>) -> (Vec<Result<redis::Value>>, u64) {
+        self.connections.call_batch(calls, doing)
+    }
+
+    fn settle_unread(&self) {
+        self.connections.settle_unread();
+    }
+
+    /// Keeps the announcement alive for `ttl` (one `PEXPIRE`), or writes it whole when it is
+    /// new or Redis lost it. Best effort: a failure is logged.
+    fn announce(&self, first: bool, ttl: Duration) {
+        let identity = &self.identity;
+        let doing = Doing::work("announcing this client");
+        let kept = match first {
+            true => Ok(false),
+            false => self.connections.call(&identity.key, doing, |c| {
+                identity.keep(ttl).query::<i64>(c).map(|n| n == 1)
+            }),
+        };
+        let result = match kept {
+            Ok(true) => Ok(()),
+            Ok(false) => self.connections.call(&identity.key, doing, |c| {
+                identity.announce(ttl).query::<()>(c)
+            }),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            log::debug!("redmutex: {e}");
+        }
+    }
+
+    /// Deletes the announcement, as the client shuts down cleanly (`redmutex list` then shows
+    /// no client that is gone). Best effort: it expires a lease later anyway.
+    fn withdraw_announcement(&self) {
+        let identity = &self.identity;
+        let doing = Doing::work("withdrawing this client's announcement");
+        if let Err(e) = self.connections.call(&identity.key, doing, |c| {
+            identity.withdraw().query::<i64>(c)
+        }) {
+            log::debug!("redmutex: {e}");
+        }
+    }
+
+    fn shutdown(&self, wait: bool) {
+        self.connections.shutdown(wait);
+    }
+}
+
+/// A renewal's reply: whether the lock still held the token. An error reply (`READONLY` from
+/// a demoted master, say) is a failed renewal, not a lost lock (the lease runs out on this
+/// machine's clock if renewal keeps failing), and so is a renewal that too few replicas
+/// acknowledged (its lock is named in `short`).
+fn renewal_outcome<'k>(
+    reply: Result<Acked>,
+    route: &'k str,
+    short: &mut Option<&'k str>,
+) -> Result<bool> {
+    match reply {
+        Ok((redis::Value::ServerError(e), _)) => Err(Error::new(
+            ErrorKind::Server,
+            format!("renewing leases: {}", redis::RedisError::from(e)),
+        )),
+        Ok((redis::Value::Int(1), Some((got, asked)))) if replication::too_few((got, asked)) => {
+            *short = Some(route);
+            Err(Error::new(
+                ErrorKind::NotReplicated,
+                format!(
+                    "renewing leases: {got} of {asked} replicas acknowledged the renewal in time"
+                ),
+            ))
+        }
+        Ok((redis::Value::Int(1), _)) => Ok(true),
+        Ok(_) => Ok(false),
+        Err(e) => Err(e),
+    }
+}

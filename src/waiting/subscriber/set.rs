@@ -1,0 +1,110 @@
+//! The subscribers a lease stack's waiters listen with: its client's own, or one per instance
+//! of a quorum, where an announcement from any instance wakes a waiter and a subscription is
+//! live while a majority of its instances' are.
+
+use std::sync::Arc;
+
+use super::{Signal, Subscriber, Subscription};
+
+/// One subscriber, or those of a quorum's instances.
+pub(crate) struct Subscribers {
+    members: Vec<Subscriber>,
+    /// How many members' subscriptions must be live for a subscription to be.
+    needed: usize,
+    /// The members belong to this stack, which stops them (a quorum's belong to its
+    /// instances' clients).
+    own: bool,
+}
+
+impl Subscribers {
+    /// A client's own subscriber.
+    pub(crate) fn own(subscriber: Subscriber) -> Self {
+        Subscribers {
+            members: vec![subscriber],
+            needed: 1,
+            own: true,
+        }
+    }
+
+    /// The subscribers of a quorum's instances (each instance client's own), of which
+    /// `needed` must listen.
+    pub(crate) fn of_quorum<'a>(
+        instances: impl Iterator<Item = &'a Subscribers>,
+        needed: usize,
+    ) -> Self {
+        Subscribers {
+            members: instances.flat_map(|s| s.members.iter().cloned()).collect(),
+            needed,
+            own: false,
+        }
+    }
+
+    /// Interest in `channel` on every member (see [`Subscriber::subscribe`]).
+    pub(crate) fn subscribe(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        self.subscribe_with(channel, filter, Arc::default())
+    }
+
+    /// [`subscribe`](Self::subscribe), bumping `signal` on a wake-up.
+    pub(crate) fn subscribe_with(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+        signal: Arc<Signal>,
+    ) -> Option<Subscription> {
+        match self.members.as_slice() {
+            [one] => one.subscribe_with(channel, filter, signal),
+            many => Subscription::joined(
+                many.iter()
+                    .filter_map(|m| m.subscribe_with(channel, filter.clone(), Arc::clone(&signal)))
+                    .collect(),
+                self.needed,
+            ),
+        }
+    }
+
+    /// Interest in `channel` only where it is live already, and only if it is on as many
+    /// members as a subscription needs (see [`Subscriber::subscribe_if_live`]).
+    pub(crate) fn subscribe_if_live(
+        &self,
+        channel: &Arc<str>,
+        filter: Option<Arc<str>>,
+    ) -> Option<Subscription> {
+        match self.members.as_slice() {
+            [one] => one.subscribe_if_live(channel, filter),
+            many => {
+                let signal: Arc<Signal> = Arc::default();
+                let parts: Vec<Subscription> = many
+                    .iter()
+                    .filter_map(|m| {
+                        m.subscribe_if_live_with(channel, filter.clone(), Arc::clone(&signal))
+                    })
+                    .collect();
+                match parts.len() >= self.needed {
+                    true => Subscription::joined(parts, self.needed),
+                    false => None,
+                }
+            }
+        }
+    }
+
+    /// Messages received and reconnections so far, over every member.
+    pub(crate) fn counters(&self) -> (u64, u64) {
+        self.members.iter().fold((0, 0), |(m, r), s| {
+            let (messages, reconnects) = s.counters();
+            (m + messages, r + reconnects)
+        })
+    }
+
+    /// Stops the subscriber threads, when they are this stack's own.
+    pub(crate) fn shutdown(&self, wait: bool) {
+        if self.own {
+            for member in &self.members {
+                member.shutdown(wait);
+            }
+        }
+    }
+}

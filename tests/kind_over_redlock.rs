@@ -1,0 +1,295 @@
+//! The other kinds over a Redlock of three `redis-server`s that the tests start and kill: a
+//! `RwLock` and a `Semaphore` whose holds live on a majority, with the guards, re-entry,
+//! waiting, renewal, poison records, events and `Stats` of a client's.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use redmutex::events::{Acquired, EventHandler, Released, Renewed, Waiting};
+use redmutex::{Client, ErrorKind, Redlock};
+use support::{eventually, within, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap()
+}
+
+fn redlock(servers: &[RedisServer]) -> Redlock {
+    Redlock::new(servers.iter().map(client)).unwrap()
+}
+
+fn exists(server: &RedisServer, pattern: &str) -> bool {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query(&mut server.conn())
+        .unwrap();
+    !keys.is_empty()
+}
+
+#[test]
+fn readers_share_a_redlock_rwlock_and_a_writer_excludes_them() {
+    let s = servers(3);
+    let (a, b, c) = (redlock(&s), redlock(&s), redlock(&s));
+    let (la, lb, lc) = (
+        a.rwlock("catalog"),
+        b.rwlock("catalog"),
+        c.rwlock("catalog"),
+    );
+    let r1 = la.read().unwrap();
+    let r2 = lb.try_read_for(Duration::from_secs(5)).unwrap();
+    assert!(r2.is_some(), "a second reader was kept out");
+    assert!(
+        lc.try_write_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "a writer got in beside two readers"
+    );
+    // Re-entry on the same thread, local.
+    let again = la.read().unwrap();
+    assert_eq!(la.read_count(), 2);
+    drop(again);
+    drop((r1, r2));
+    let w = lb
+        .try_write_for(Duration::from_secs(10))
+        .unwrap()
+        .expect("no writer");
+    assert!(
+        s.iter()
+            .filter(|s| exists(s, "redmutex:{catalog}*"))
+            .count()
+            >= 2
+    );
+    assert!(
+        la.try_read_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "a reader got in beside the writer"
+    );
+    let first = w.fencing_token();
+    assert!(w.validity_left() > Duration::ZERO);
+    w.unlock().unwrap();
+    let w = la.write().unwrap();
+    assert!(w.fencing_token() > first, "fencing tokens did not grow");
+}
+
+#[test]
+fn a_writer_waiting_on_a_redlock_rwlock_is_woken_by_the_readers_release() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let reader = a.rwlock("menu").read().unwrap();
+    let taken = Arc::new(Barrier::new(2));
+    let writer = {
+        let (lock, taken) = (b.rwlock("menu"), Arc::clone(&taken));
+        std::thread::spawn(move || {
+            taken.wait();
+            let g = lock.try_write_for(LIMIT).unwrap();
+            g.map(|g| g.fencing_token())
+        })
+    };
+    taken.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(reader);
+    let token = within(LIMIT, move || writer.join().unwrap());
+    assert!(token.is_some(), "the waiting writer never got the lock");
+    assert!(b.stats().contended >= 1, "{:?}", b.stats());
+}
+
+#[test]
+fn a_redlock_semaphore_lets_in_as_many_holders_as_it_has_permits() {
+    let s = servers(3);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let (urls, inside, most) = (
+                s.iter().map(RedisServer::url).collect::<Vec<_>>(),
+                Arc::clone(&inside),
+                Arc::clone(&most),
+            );
+            std::thread::spawn(move || {
+                let redlock = Redlock::builder()
+                    .default_lease(Duration::from_secs(2))
+                    .open(urls.iter().map(String::as_str))
+                    .unwrap();
+                let slots = redlock.semaphore("exports", 2);
+                for _ in 0..5 {
+                    let permit = slots.try_acquire_for(LIMIT).unwrap().expect("no permit");
+                    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(20));
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    permit.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        within(LIMIT, move || w.join().unwrap());
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&most),
+        "{most} holders of 2 permits at once"
+    );
+    let mut s = s;
+    let redlock = redlock(&s);
+    let slots = redlock.semaphore("exports", 2);
+    let both = slots.acquire_many(2).unwrap();
+    assert!(slots.try_acquire().unwrap().is_none(), "a third permit");
+    drop(both);
+    assert!(slots.try_acquire().unwrap().is_some());
+    // Two permits over three instances need all three: with one down, no permit is given.
+    s[2].kill();
+    let err = slots.try_acquire().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Connection, "{err}");
+    assert!(redlock.semaphore("one", 1).try_acquire().unwrap().is_some());
+}
+
+#[test]
+fn a_redlock_semaphore_and_rwlock_keep_working_with_one_instance_down() {
+    let mut s = servers(3);
+    let redlock = redlock(&s);
+    s[0].kill();
+    let permit = redlock.semaphore("jobs", 1).acquire().unwrap();
+    assert!(redlock
+        .semaphore("jobs", 1)
+        .try_acquire_for(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    // Held over renewals with the instance still down.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(!permit.is_lost());
+    permit.unlock().unwrap();
+    let w = redlock.rwlock("state").write().unwrap();
+    assert!(w.verify().unwrap() > Duration::ZERO);
+    s[1].kill();
+    // Two of three gone: the lease is lost within the lease, and told.
+    assert!(
+        w.lease_watch().wait_timeout(LIMIT),
+        "the loss was never told"
+    );
+    let err = w.unlock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+}
+
+#[test]
+fn a_panicking_writer_leaves_a_poison_record_on_the_majority_and_a_reader_none() {
+    let s = servers(3);
+    let redlock = redlock(&s);
+    let lock = redlock.rwlock("ledger");
+    let writer = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let _w = lock.write().unwrap();
+            panic!("a writer panics");
+        })
+    };
+    assert!(writer.join().is_err());
+    let w = lock.write().unwrap();
+    let poison = w.poison().unwrap().expect("no poison record");
+    assert_eq!(poison.process_id, std::process::id());
+    assert!(s.iter().filter(|s| exists(s, "*poison*")).count() >= 2);
+    assert!(w.clear_poison().unwrap());
+    assert!(w.poison().unwrap().is_none());
+    drop(w);
+    let reader = {
+        let lock = lock.clone();
+        std::thread::spawn(move || {
+            let _r = lock.read().unwrap();
+            panic!("a reader panics");
+        })
+    };
+    assert!(reader.join().is_err());
+    assert!(
+        s.iter().all(|s| !exists(s, "*poison*")),
+        "a reader's panic left a record"
+    );
+    assert!(
+        lock.try_write().unwrap().is_some(),
+        "the reader's hold was kept"
+    );
+}
+
+/// Keeps every event as a line of text.
+#[derive(Default)]
+struct Recorder {
+    lines: Mutex<Vec<String>>,
+}
+
+impl Recorder {
+    fn count(&self, prefix: &str) -> usize {
+        let lines = self.lines.lock().unwrap();
+        lines.iter().filter(|l| l.starts_with(prefix)).count()
+    }
+}
+
+impl EventHandler for Recorder {
+    fn acquired(&self, e: &Acquired<'_>) {
+        let line = format!("acquired {} {}", e.kind, e.name);
+        self.lines.lock().unwrap().push(line);
+    }
+    fn released(&self, e: &Released<'_>) {
+        let line = format!("released {} {} lost={}", e.kind, e.name, e.lost);
+        self.lines.lock().unwrap().push(line);
+    }
+    fn renewed(&self, e: &Renewed) {
+        let line = format!("renewed {} {}", e.leases, e.round_trips);
+        self.lines.lock().unwrap().push(line);
+    }
+    fn waiting(&self, e: &Waiting<'_>) {
+        let line = format!("waiting {} {} {}", e.kind, e.name, e.started);
+        self.lines.lock().unwrap().push(line);
+    }
+}
+
+#[test]
+fn a_redlock_tells_the_events_and_counts_the_stats_of_a_client() {
+    let s = servers(3);
+    let events = Arc::new(Recorder::default());
+    let redlock = Redlock::builder()
+        .default_lease(Duration::from_secs(1))
+        .renewal_interval(Duration::from_millis(200))
+        .event_handler(Arc::clone(&events))
+        .open(s.iter().map(RedisServer::url))
+        .unwrap();
+    let w = redlock.rwlock("report").write().unwrap();
+    let r = redlock.semaphore("slots", 3).acquire().unwrap();
+    assert!(eventually(LIMIT, || events.count("renewed 2") >= 1));
+    let waiter = {
+        let lock = redlock.rwlock("report");
+        std::thread::spawn(move || lock.try_read_for(LIMIT).unwrap().is_some())
+    };
+    assert!(eventually(LIMIT, || events
+        .count("waiting RwLock report true")
+        == 1));
+    drop(w);
+    assert!(within(LIMIT, move || waiter.join().unwrap()));
+    r.unlock().unwrap();
+    assert_eq!(events.count("acquired RwLock report"), 2);
+    assert_eq!(events.count("acquired Semaphore slots"), 1);
+    assert_eq!(events.count("released RwLock report lost=false"), 2);
+    assert_eq!(events.count("released Semaphore slots lost=false"), 1);
+    assert_eq!(events.count("waiting RwLock report false"), 1);
+    let stats = redlock.stats();
+    assert_eq!((stats.acquisitions, stats.releases), (3, 3), "{stats:?}");
+    assert_eq!(stats.contended, 1, "{stats:?}");
+    assert!(
+        stats.renewals >= 2 && stats.renewal_round_trips >= 3,
+        "{stats:?}"
+    );
+    assert_eq!(stats.renewed_leases, 0, "{stats:?}");
+}
