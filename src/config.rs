@@ -83,3 +83,42 @@ pub(crate) fn lease_problem(lease: Duration) -> Option<String> {
     }
     None
 }
+
+impl Config {
+    /// The first setting of leases, keys and waiting on which two configurations differ (a
+    /// Redlock's clients must agree on them): its name and both values, in words.
+    pub(crate) fn lease_difference(
+        &self,
+        other: &Config,
+    ) -> Option<(&'static str, String, String)> {
+        let (a, b) = (self, other);
+        let settings: [(&'static str, String, String); 5] = [
+            (
+                "default lease",
+                format!("{:?}", a.default_lease),
+                format!("{:?}", b.default_lease),
+            ),
+            (
+                "renewal interval",
+                format!("{:?}", a.renewal_interval),
+                format!("{:?}", b.renewal_interval),
+            ),
+            (
+                "outage patience",
+                format!("{:?}", a.outage_patience),
+                format!("{:?}", b.outage_patience),
+            ),
+            (
+                "key prefix",
+                format!("{:?}", a.key_prefix),
+                format!("{:?}", b.key_prefix),
+            ),
+            (
+                "backoff",
+                format!("{:?} to {:?}", a.backoff_base, a.backoff_cap),
+                format!("{:?} to {:?}", b.backoff_base, b.backoff_cap),
+            ),
+        ];
+        settings.into_iter().find(|(_, x, y)| x != y)
+    }
+}

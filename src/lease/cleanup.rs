@@ -42,6 +42,12 @@ pub(crate) struct Cleanup {
     pub(crate) give_up_at: Instant,
 }
 
+/// Where clean-ups go: a renewal thread, which sends them until Redis answers.
+pub(crate) trait CleanUpLater {
+    /// Hands over the clean-up of a call on the lock at `lock_key` whose outcome is unknown.
+    fn clean_up_later(&self, lock_key: &Arc<str>, cleanup: Cleanup);
+}
+
 struct Pending {
     cleanup: Cleanup,
     /// Redis answered once that nothing was there.

@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
-use crate::lease::cleanup::Cleanup;
+use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::lessor::Lessor;
 use crate::lease::renewal::Renewal;
 use crate::lease::replication::{self, LeaseWrite};

@@ -11,7 +11,7 @@ use crate::config::validate_lease;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
-use crate::lease::cleanup::Cleanup;
+use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
 use crate::lease::poison::PoisonInfo;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crate::connection::{Connections, OnReply, Routed, ScriptCall};
 use crate::error::{Doing, Result};
+use crate::lease::cleanup::CleanUpLater;
 use crate::lease::protocol::{AcquireCall, Protocol};
-use crate::lease::renewal::Renewal;
 use crate::waiting::Release;
 
 /// One acquire attempt as the stack hands it to a lessor.
@@ -80,8 +80,8 @@ pub(crate) trait Lessor: Send + Sync + 'static {
     fn one_deployment(&self) -> Option<&Arc<Connections>>;
 
     /// One acquire attempt. What an attempt whose outcome is unknown may have left is handed
-    /// to `renewal`'s clean-up (or to the instances' own).
-    fn attempt(&self, attempting: &Attempting<'_>, renewal: &Renewal) -> Result<Attempted>;
+    /// to `later` (the stack's renewal thread), or to the instances' own.
+    fn attempt(&self, attempting: &Attempting<'_>, later: &dyn CleanUpLater) -> Result<Attempted>;
 
     /// A token-checked release, its reply awaited: whether the lock still held the token
     /// (`false`: the lease was lost). Sent once.

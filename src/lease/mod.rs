@@ -11,6 +11,7 @@ mod lessor;
 mod plain_take;
 mod poison;
 mod protocol;
+mod quorum;
 mod raw_lock;
 pub(crate) mod reentrancy;
 mod renewal;
@@ -22,11 +23,12 @@ mod state;
 
 pub(crate) use context::{Handle, LockContext};
 pub(crate) use guard::LeaseGuard;
-pub(crate) use lessor::{Attempted, Attempting, Lessor, Renewing, Site};
+pub(crate) use lessor::Lessor;
 pub use poison::PoisonInfo;
 pub(crate) use protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
+#[cfg(test)]
+pub(crate) use quorum::scripts as quorum_scripts;
+pub(crate) use quorum::Quorum;
 pub(crate) use raw_lock::RawLock;
-pub(crate) use renewal::Renewal;
 pub(crate) use replication::LeaseWrite;
-pub(crate) use reply::AcquireReply;
 pub use state::LeaseWatch;

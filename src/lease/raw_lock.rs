@@ -12,7 +12,7 @@ use crate::config::validate_lease;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
-use crate::lease::cleanup::Cleanup;
+use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;

@@ -17,7 +17,7 @@ use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Renewed;
 use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
-use crate::lease::cleanup::{Cleanup, Cleanups, Outcome};
+use crate::lease::cleanup::{CleanUpLater, Cleanup, Cleanups, Outcome};
 use crate::lease::lessor::{Lessor, Renewing, Site};
 use crate::lease::protocol::Protocol;
 use crate::lease::state::{LeaseState, LostReason};
@@ -225,26 +225,6 @@ impl Renewal {
         self.shared.registry.remove(id);
     }
 
-    /// Hands the clean-up of a call whose outcome is unknown to the thread, which sends it
-    /// at once and again until Redis answered (see `cleanup`).
-    pub(crate) fn clean_up_later(&self, lock_key: &Arc<str>, cleanup: Cleanup) {
-        let name = Arc::clone(&cleanup.name);
-        if !self.shared.cleanups.add(lock_key, cleanup) {
-            return;
-        }
-        match self.ensure_running() {
-            Ok(()) => {
-                if let Some(w) = self.worker.lock().as_ref() {
-                    let _ = w.wake.try_send(());
-                }
-            }
-            Err(e) => log::warn!(
-                "redmutex: cannot clean up after a failed call on lock {name:?} (it expires \
-                 with its lease): {e}"
-            ),
-        }
-    }
-
     /// The number of leases registered now.
     pub(crate) fn registered(&self) -> usize {
         self.shared.registry.leases()
@@ -309,6 +289,28 @@ impl Renewal {
             if join.join().is_err() {
                 log::warn!("redmutex: the renewal thread panicked");
             }
+        }
+    }
+}
+
+impl CleanUpLater for Renewal {
+    /// Hands the clean-up of a call whose outcome is unknown to the thread, which sends it
+    /// at once and again until Redis answered (see `cleanup`).
+    fn clean_up_later(&self, lock_key: &Arc<str>, cleanup: Cleanup) {
+        let name = Arc::clone(&cleanup.name);
+        if !self.shared.cleanups.add(lock_key, cleanup) {
+            return;
+        }
+        match self.ensure_running() {
+            Ok(()) => {
+                if let Some(w) = self.worker.lock().as_ref() {
+                    let _ = w.wake.try_send(());
+                }
+            }
+            Err(e) => log::warn!(
+                "redmutex: cannot clean up after a failed call on lock {name:?} (it expires \
+                 with its lease): {e}"
+            ),
         }
     }
 }

@@ -12,10 +12,10 @@ use crate::config::ReplicaAcks;
 use crate::connection::{AckRule, Acked, Conn, Connections, OnReply, Routed, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
-use crate::lease::cleanup::Cleanup;
+use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::lessor::{Attempted, Attempting, Contact, Lessor, Renewing, Site};
 use crate::lease::plain_take::{self, SeededCounters};
-use crate::lease::renewal::{Renewal, BATCH_SIZE};
+use crate::lease::renewal::BATCH_SIZE;
 use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::reply::AcquireReply;
 use crate::waiting::Release;
@@ -106,11 +106,11 @@ impl Single {
         a: &Attempting<'_>,
         (reply, acks): (AcquireReply, Option<(i64, u32)>),
         sent_at: Instant,
-        renewal: &Renewal,
+        later: &dyn CleanUpLater,
     ) -> Result<Attempted> {
         let keys = a.call.keys;
         if let Some(acks) = acks.filter(|&a| reply.taken == 1 && replication::too_few(a)) {
-            self.roll_back(a, sent_at + a.call.lease, renewal);
+            self.roll_back(a, sent_at + a.call.lease, later);
             self.connections.replicas_short(&keys.lock);
             return Err(self.not_replicated(acks, "the acquire; it was rolled back"));
         }
@@ -156,7 +156,7 @@ impl Single {
     /// Gives back a lock that was taken but cannot be kept: one try now, then the renewal
     /// thread's clean-up.
     #[cold]
-    fn roll_back(&self, a: &Attempting<'_>, give_up_at: Instant, renewal: &Renewal) {
+    fn roll_back(&self, a: &Attempting<'_>, give_up_at: Instant, later: &dyn CleanUpLater) {
         let (keys, token) = (a.call.keys, a.call.token);
         let doing = Doing::lock("rolling back", a.name);
         let result = self.connections.call(&keys.lock, doing, |c| {
@@ -164,15 +164,15 @@ impl Single {
         });
         if let Err(e) = result {
             log::debug!("redmutex: {e}; retrying in the background");
-            self.abandon_later(a, give_up_at, renewal);
+            self.abandon_later(a, give_up_at, later);
         }
     }
 
     /// Has the renewal thread remove what the attempt may have left, until Redis answers or
     /// `give_up_at`, when the lease it asked for has passed.
     #[cold]
-    fn abandon_later(&self, a: &Attempting<'_>, give_up_at: Instant, renewal: &Renewal) {
-        renewal.clean_up_later(
+    fn abandon_later(&self, a: &Attempting<'_>, give_up_at: Instant, later: &dyn CleanUpLater) {
+        later.clean_up_later(
             a.lock_key,
             Cleanup {
                 name: Arc::clone(a.name),
@@ -229,7 +229,7 @@ impl Lessor for Single {
     /// more on a fresh connection: an acquire script that finds its own token treats the lock
     /// as taken, so this is safe. Any other unknown outcome (a time-out) is reported at once,
     /// and the token-checked clean-up goes to the renewal thread.
-    fn attempt(&self, a: &Attempting<'_>, renewal: &Renewal) -> Result<Attempted> {
+    fn attempt(&self, a: &Attempting<'_>, later: &dyn CleanUpLater) -> Result<Attempted> {
         let call = a.call;
         let keys = call.keys;
         let doing = Doing::lock("acquiring", a.name);
@@ -248,7 +248,7 @@ impl Lessor for Single {
                 self.send_attempt(c, a, &script, plainly, &took)
             });
             return match reply {
-                Ok(reply) => self.attempt_outcome(a, reply, sent_at, renewal),
+                Ok(reply) => self.attempt_outcome(a, reply, sent_at, later),
                 // The lock may be ours without our knowing, or a plain `SET` took it and the
                 // script refused to finish the take (an ACL without `EVALSHA`): the token is
                 // never used again, so the lock is removed off this path.
@@ -257,7 +257,7 @@ impl Lessor for Single {
                         resent = true;
                         continue;
                     }
-                    self.abandon_later(a, sent_at + call.lease, renewal);
+                    self.abandon_later(a, sent_at + call.lease, later);
                     Err(err)
                 }
                 Err(err) => Err(err),

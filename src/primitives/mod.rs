@@ -76,9 +76,9 @@ mod tests {
         };
         let scripts = crate::lease::scripts::all()
             .into_iter()
+            .chain(crate::lease::quorum_scripts())
             .chain(super::mutex::scripts())
             .chain(super::fair_mutex::scripts())
-            .chain(super::redlock::scripts())
             .chain(super::rw_lock::scripts())
             .chain(super::semaphore::scripts())
             .chain(super::multi_lock::scripts())

@@ -173,50 +173,15 @@ impl RedlockBuilder {
 pub(super) fn first_conflict(clients: &[Client]) -> Option<Error> {
     let first = clients.first()?;
     clients.iter().skip(1).find_map(|other| {
-        let (a, b) = (&first.context().config, &other.context().config);
-        let differs = |what: &str, x: String, y: String| {
-            Error::config(format!(
-                "the clients of a Redlock must agree on the {what}: {} has {x}, {} has {y} \
-                 (build them from one Builder, or use Redlock::builder)",
-                first.connections().describe(),
-                other.connections().describe(),
-            ))
-        };
-        if a.default_lease != b.default_lease {
-            return Some(differs(
-                "default lease",
-                format!("{:?}", a.default_lease),
-                format!("{:?}", b.default_lease),
-            ));
-        }
-        if a.renewal_interval != b.renewal_interval {
-            return Some(differs(
-                "renewal interval",
-                format!("{:?}", a.renewal_interval),
-                format!("{:?}", b.renewal_interval),
-            ));
-        }
-        if a.outage_patience != b.outage_patience {
-            return Some(differs(
-                "outage patience",
-                format!("{:?}", a.outage_patience),
-                format!("{:?}", b.outage_patience),
-            ));
-        }
-        if a.key_prefix != b.key_prefix {
-            return Some(differs(
-                "key prefix",
-                format!("{:?}", a.key_prefix),
-                format!("{:?}", b.key_prefix),
-            ));
-        }
-        if (a.backoff_base, a.backoff_cap) != (b.backoff_base, b.backoff_cap) {
-            return Some(differs(
-                "backoff",
-                format!("{:?} to {:?}", a.backoff_base, a.backoff_cap),
-                format!("{:?} to {:?}", b.backoff_base, b.backoff_cap),
-            ));
-        }
-        None
+        let (what, x, y) = first
+            .context()
+            .config
+            .lease_difference(&other.context().config)?;
+        Some(Error::config(format!(
+            "the clients of a Redlock must agree on the {what}: {} has {x}, {} has {y} \
+             (build them from one Builder, or use Redlock::builder)",
+            first.connections().describe(),
+            other.connections().describe(),
+        )))
     })
 }

@@ -2,15 +2,12 @@
 //! hold it.
 //!
 //! The instances are ordinary clients (any deployment each); every instance keeps a lock
-//! under the same keys and scripts as a client's. A Redlock is the lease stack over a
-//! different lessor, the quorum (`quorum.rs`): the fan-out of each call to every instance
-//! (`instances.rs`), the validity of a hold (the lease minus the time the acquire took and
-//! the clock drift), and the fencing token ordered across instances (`raise_fence.lua`).
-//! Handles, guards, re-entry, renewal, waiting, events and counters are the client's own.
+//! under the same keys and scripts as a client's. A Redlock is the lease stack over another
+//! lessor, the quorum (`lease/quorum.rs`: the rounds over every instance, the validity of a
+//! hold, the fencing token ordered across instances). Handles, guards, re-entry, renewal,
+//! waiting, events and counters are the client's own.
 
 mod builder;
-mod instances;
-mod quorum;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +15,7 @@ use std::time::Duration;
 use crate::client::Client;
 use crate::config::Config;
 use crate::error::{Error, Result};
-use crate::lease::{reentrancy, Handle, Lessor, LockContext};
+use crate::lease::{reentrancy, Handle, Lessor, LockContext, Quorum};
 use crate::primitives::{Mutex, MutexGuard, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
@@ -26,11 +23,6 @@ use crate::waiting::Subscribers;
 use crate::IntoAddress;
 
 pub use builder::RedlockBuilder;
-
-use instances::Instance;
-#[cfg(test)]
-pub(crate) use quorum::scripts;
-use quorum::Quorum;
 
 /// A lock name held on a majority of a [`Redlock`]'s instances: a [`Mutex`] whose holds live
 /// on the quorum, with every method of a client's (waiters listen for releases on every
@@ -52,19 +44,11 @@ pub type RedlockGuard = MutexGuard;
 /// # When to use it
 ///
 /// One server with [`Builder::replica_acks`](crate::Builder::replica_acks), or a Sentinel
-/// deployment, is simpler and usually enough: a failover loses no acknowledged lock. Redlock
-/// is for when no single deployment may be a point of failure: it keeps working while a
-/// minority of its instances is down, with no failover at all.
-///
-/// # What the debate says
-///
-/// Martin Kleppmann argued that Redlock relies on timing (bounded pauses, clock drift and
-/// network delay) for safety, and that its per-instance counters give no ordered fencing
-/// token; Salvatore Sanfilippo answered that the timing assumptions are those of any lease
-/// with an expiry, checked as well as they can be (the validity time left after the acquire).
-/// Both agree that a lock protecting correctness needs fencing at the resource. This type
-/// gives an ordered fencing token (see [`RedlockGuard::fencing_token`]), renews its leases
-/// and tells a holder whose majority is gone.
+/// deployment, is simpler and usually enough. Redlock is for when no single deployment may be
+/// a point of failure: it keeps working while a minority of its instances is down, with no
+/// failover at all. Its safety rests on timing, as every lease's does (the Kleppmann and
+/// Sanfilippo debate, in docs/guide/deployments.md): fence at the resource with the guard's
+/// [`fencing_token`](MutexGuard::fencing_token), which is ordered across instances.
 ///
 /// # The delayed-restart rule
 ///
@@ -142,30 +126,10 @@ impl Redlock {
         if let Some(conflict) = builder::first_conflict(&clients) {
             return Err(conflict);
         }
-        let mut seen: Vec<String> = Vec::new();
-        for client in &clients {
-            let server = client.connections().describe();
-            if seen.contains(&server) {
-                return Err(Error::config(format!(
-                    "{server} is given twice: a Redlock's instances must be independent servers"
-                )));
-            }
-            seen.push(server);
-        }
-        let instances: Vec<Instance> = clients
+        let reaching = clients
             .iter()
-            .map(|c| Instance {
-                ctx: Arc::clone(c.context()),
-                connections: Arc::clone(c.connections()),
-                _handle: Handle::new(c.context()),
-            })
-            .collect();
-        let quorum = instances.len() / 2 + 1;
-        Ok(Redlock::over(Quorum {
-            instances,
-            quorum,
-            instance_timeout: None,
-        }))
+            .map(|c| (Arc::clone(c.context()), Arc::clone(c.connections())));
+        Ok(Redlock::over(Quorum::of(reaching.collect())?))
     }
 
     /// The lease stack over `quorum`, with the settings of its first instance's client.
@@ -229,9 +193,8 @@ impl Redlock {
             )));
         }
         Ok(Redlock::over(Quorum {
-            instances: self.quorum.instances.clone(),
-            quorum: self.quorum.quorum,
             instance_timeout: Some(timeout),
+            ..Quorum::clone(&self.quorum)
         }))
     }
 
@@ -280,14 +243,8 @@ impl Redlock {
 
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let instances: Vec<String> = self
-            .quorum
-            .instances
-            .iter()
-            .map(|i| i.connections.describe())
-            .collect();
         f.debug_struct("Redlock")
-            .field("instances", &instances)
+            .field("instances", &self.quorum.servers())
             .field("quorum", &self.quorum.quorum)
             .finish_non_exhaustive()
     }

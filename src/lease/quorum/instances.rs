@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
-use crate::lease::{Handle, LockContext};
+use crate::lease::context::{Handle, LockContext};
 
 /// One independent Redis master of a Redlock: the client that reaches it.
 #[derive(Clone)]

@@ -1,4 +1,5 @@
-//! The quorum lessor: a hold lives on a majority of a Redlock's independent instances. Each
+//! The quorum lessor: a hold lives on a majority of a Redlock's independent instances (the
+//! clients that reach them). Each
 //! operation is a round — one call to every instance at once — whose answers are counted:
 //! a lease is held while a majority holds it, valid until the lease, less the time the
 //! acquire took and the clock drift, and its fencing token is ordered across instances.
@@ -8,33 +9,38 @@ use std::time::{Duration, Instant};
 
 use redis::Script;
 
-use super::instances::{fan_out, too_few_answered, unexpected, Instance, Reply};
+mod instances;
+
 use crate::connection::{Connections, OnReply, Routed, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
-use crate::lease::{Attempted, Attempting, Lessor, Renewal, Renewing, Site};
+use crate::lease::cleanup::CleanUpLater;
+use crate::lease::context::{Handle, LockContext};
+use crate::lease::lessor::{Attempted, Attempting, Lessor, Renewing, Site};
+use crate::lease::reply::AcquireReply;
 use crate::waiting::Release;
+use instances::{fan_out, too_few_answered, unexpected, Reply};
+
+use instances::Instance;
 
 /// Raises a lock's fencing counter to a Redlock's token: see `raise_fence.lua`.
 static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("raise_fence.lua")));
+    LazyLock::new(|| Script::new(include_str!("quorum/raise_fence.lua")));
 
 /// One plain command on a key: see `key.lua`.
-static KEY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("key.lua")));
+static KEY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("quorum/key.lua")));
 
 /// The scripts of this module, for the test that loads every script into Redis.
 #[cfg(test)]
 pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("redlock/raise_fence", &*RAISE_FENCE),
-        ("redlock/key", &*KEY),
-    ]
+    vec![("quorum/raise_fence", &*RAISE_FENCE), ("quorum/key", &*KEY)]
 }
 
 /// The longest default per-instance timeout.
 const MAX_DEFAULT_INSTANCE_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// A Redlock's instances, as the lease stack's lessor.
+#[derive(Clone)]
 pub(crate) struct Quorum {
     pub(crate) instances: Vec<Instance>,
     /// How many instances must hold a lock.
@@ -57,6 +63,39 @@ enum Took {
     /// Held by another: how long, in milliseconds.
     No(i64),
     Failed(Error),
+}
+
+impl Took {
+    /// What an instance's reply to an acquire says.
+    fn from_reply(reply: Reply, doing: Doing<'_>) -> Took {
+        let parsed = reply.map(|r| {
+            r.and_then(|v| {
+                redis::from_redis_value_ref::<AcquireReply>(&v).map_err(|_| unexpected(doing, &v))
+            })
+        });
+        match parsed {
+            Some(Ok(r)) if r.taken == 1 => {
+                Took::Yes(u64::try_from(r.value).unwrap_or(0), r.payload)
+            }
+            Some(Ok(r)) => Took::No(r.value),
+            Some(Err(e)) => Took::Failed(e),
+            None => Took::Failed(Error::new(ErrorKind::Server, "not sent")),
+        }
+    }
+
+    fn into_payload(self) -> Option<Vec<u8>> {
+        match self {
+            Took::Yes(_, payload) => payload,
+            _ => None,
+        }
+    }
+
+    fn error(&self) -> Option<Error> {
+        match self {
+            Took::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
 }
 
 /// What the instances of a round answered.
@@ -109,6 +148,43 @@ fn release_outcome(released: usize, not_ours: usize, n: usize, quorum: usize) ->
 }
 
 impl Quorum {
+    /// The quorum of the instances that these clients (their contexts and connections)
+    /// reach: a majority of them.
+    ///
+    /// # Errors
+    ///
+    /// `Config` when two clients reach the same server.
+    pub(crate) fn of(clients: Vec<(Arc<LockContext>, Arc<Connections>)>) -> Result<Quorum> {
+        let mut instances: Vec<Instance> = Vec::with_capacity(clients.len());
+        for (ctx, connections) in clients {
+            let server = connections.describe();
+            if instances.iter().any(|i| i.connections.describe() == server) {
+                return Err(Error::config(format!(
+                    "{server} is given twice: a Redlock's instances must be independent servers"
+                )));
+            }
+            instances.push(Instance {
+                _handle: Handle::new(&ctx),
+                ctx,
+                connections,
+            });
+        }
+        let quorum = instances.len() / 2 + 1;
+        Ok(Quorum {
+            instances,
+            quorum,
+            instance_timeout: None,
+        })
+    }
+
+    /// The servers of the instances, as messages name them.
+    pub(crate) fn servers(&self) -> Vec<String> {
+        self.instances
+            .iter()
+            .map(|i| i.connections.describe())
+            .collect()
+    }
+
     /// The per-instance timeout for a lease.
     pub(crate) fn instance_timeout(&self, lease: Duration) -> Duration {
         self.instance_timeout
@@ -249,6 +325,55 @@ impl Quorum {
         (at_token >= needed && Instant::now() < valid_until).then_some(fencing_token)
     }
 
+    /// A round not won. When too few instances answered, the acquire ends here and its
+    /// token is never sent again: what it may have left is given back by each instance's
+    /// renewal thread, off the caller's path. Else the waiter attempts again with the same
+    /// token, so what it took is given back now (no two waiters then hold each other's quorum
+    /// off until their leases run out), not later (a later give-back could remove what the
+    /// next attempt takes); an instance whose reply was lost keeps its copy until the lease
+    /// ends, or until the next attempt, which takes it as its own.
+    fn lost_round(
+        &self,
+        a: &Attempting<'_>,
+        took: &[Took],
+        (needed, timeout, started): (usize, Duration, Instant),
+    ) -> Result<Attempted> {
+        let (call, doing) = (a.call, Doing::lock("acquiring", a.name));
+        let failed: Vec<Error> = took.iter().filter_map(Took::error).collect();
+        if let Err(e) = self.enough_answered(needed, &failed, doing) {
+            for (i, t) in took.iter().enumerate() {
+                if !matches!(t, Took::No(_)) {
+                    let abandon = a.protocol.abandon(call.keys, call.token);
+                    let at = started + call.lease;
+                    self.clean_up_on(i, (a.name, a.lock_key), abandon, at);
+                }
+            }
+            return Err(e);
+        }
+        let abandon = a.protocol.abandon(call.keys, call.token);
+        let give_back: Vec<Option<&ScriptCall>> = took
+            .iter()
+            .map(|t| matches!(t, Took::Yes(..)).then_some(&abandon))
+            .collect();
+        if give_back.iter().any(Option::is_some) {
+            let doing = Doing::lock("giving back a round of", a.name);
+            fan_out(&self.instances, &call.keys.lock, &give_back, timeout, doing);
+        }
+        let wait = took
+            .iter()
+            .filter_map(|t| match t {
+                Took::No(ms) if *ms > 0 => Some(ms.unsigned_abs()),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(0);
+        Ok(Attempted::Held {
+            wait: Duration::from_millis(wait),
+            release: Release::Announced,
+            contact: None,
+        })
+    }
+
     /// Has instance `i`'s renewal thread send `call` (a token-checked release or abandon) at
     /// once and again until it answers or `give_up_at`.
     fn clean_up_on(
@@ -283,11 +408,10 @@ impl Lessor for Quorum {
         None
     }
 
-    /// One round: the acquire on every instance; with a majority and validity left, the
-    /// fencing counters of that majority raised to the largest token it returned; else (or
-    /// if the raise did not reach a majority in time) what was taken is given back by each
-    /// instance's renewal thread, at once and off the caller's path.
-    fn attempt(&self, a: &Attempting<'_>, _renewal: &Renewal) -> Result<Attempted> {
+    /// One round: the acquire on every instance; with the hold's quorum and validity left,
+    /// the fencing counters of that quorum raised to the largest token it returned; else what
+    /// was taken is given back (see [`lost_round`](Self::lost_round)).
+    fn attempt(&self, a: &Attempting<'_>, _later: &dyn CleanUpLater) -> Result<Attempted> {
         let call = a.call;
         let timeout = self.instance_timeout(call.lease);
         if call.lease <= timeout {
@@ -304,84 +428,22 @@ impl Lessor for Quorum {
         let calls: Vec<Option<&ScriptCall>> =
             self.instances.iter().map(|_| Some(&script)).collect();
         let started = Instant::now();
-        let replies = fan_out(&self.instances, &call.keys.lock, &calls, timeout, doing);
-        let valid_until = started
-            + call
-                .lease
-                .saturating_sub(crate::config::clock_drift(call.lease));
-        let took: Vec<Took> = replies
+        let took: Vec<Took> = fan_out(&self.instances, &call.keys.lock, &calls, timeout, doing)
             .into_iter()
-            .map(
-                |reply| match reply.map(|r| r.and_then(|v| parse_acquire(v, doing))) {
-                    Some(Ok(r)) if r.taken == 1 => {
-                        Took::Yes(u64::try_from(r.value).unwrap_or(0), r.payload)
-                    }
-                    Some(Ok(r)) => Took::No(r.value),
-                    Some(Err(e)) => Took::Failed(e),
-                    None => Took::Failed(Error::new(ErrorKind::Server, "not sent")),
-                },
-            )
+            .map(|reply| Took::from_reply(reply, doing))
             .collect();
+        let drift = crate::config::clock_drift(call.lease);
+        let valid_until = started + call.lease.saturating_sub(drift);
         let needed = self.needed(call.capacity);
-        if let Some(fencing_token) =
-            self.won(needed, (call.keys, call.token), &took, timeout, valid_until)
-        {
-            let payload = took.into_iter().find_map(|t| match t {
-                Took::Yes(_, payload) => payload,
-                _ => None,
-            });
-            return Ok(Attempted::Taken {
+        let won = self.won(needed, (call.keys, call.token), &took, timeout, valid_until);
+        match won {
+            Some(fencing_token) => Ok(Attempted::Taken {
                 fencing_token,
                 held_until: valid_until,
-                payload,
-            });
+                payload: took.into_iter().find_map(Took::into_payload),
+            }),
+            None => self.lost_round(a, &took, (needed, timeout, started)),
         }
-        let failed: Vec<Error> = took
-            .iter()
-            .filter_map(|t| match t {
-                Took::Failed(e) => Some(e.clone()),
-                _ => None,
-            })
-            .collect();
-        let abandon = a.protocol.abandon(call.keys, call.token);
-        if let Err(e) = self.enough_answered(needed, &failed, doing) {
-            // The acquire ends here and its token is never sent again: what it may have left
-            // is given back by each instance's renewal thread, off the caller's path.
-            for (i, t) in took.iter().enumerate() {
-                if !matches!(t, Took::No(_)) {
-                    let at = started + call.lease;
-                    let call_again = a.protocol.abandon(call.keys, call.token);
-                    self.clean_up_on(i, (a.name, a.lock_key), call_again, at);
-                }
-            }
-            return Err(e);
-        }
-        // Not won, and the waiter attempts again with the same token: what it took is given
-        // back now (so that no two waiters hold each other's majority off until their leases
-        // run out), not later (a later give-back could remove what the next attempt takes).
-        // An instance whose reply was lost keeps its copy until the lease ends, or until the
-        // next attempt, which takes it as its own.
-        let give_back: Vec<Option<&ScriptCall>> = took
-            .iter()
-            .map(|t| matches!(t, Took::Yes(..)).then_some(&abandon))
-            .collect();
-        if give_back.iter().any(Option::is_some) {
-            let doing = Doing::lock("giving back a round of", a.name);
-            fan_out(&self.instances, &call.keys.lock, &give_back, timeout, doing);
-        }
-        let wait = took
-            .iter()
-            .filter_map(|t| match t {
-                Took::No(ms) if *ms > 0 => Some(ms.unsigned_abs()),
-                _ => None,
-            })
-            .min()
-            .unwrap_or(0);
-        Ok(Attempted::Held {
-            wait: Duration::from_millis(wait),
-            release: Release::Announced,
-            contact: None,
-        })
     }
 
     fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
@@ -619,14 +681,6 @@ impl Lessor for Quorum {
 
     /// The instances belong to their own clients: nothing to stop here.
     fn shutdown(&self, _wait: bool) {}
-}
-
-/// An acquire reply, or an error for one of the wrong shape.
-fn parse_acquire(value: redis::Value, doing: Doing<'_>) -> Result<crate::lease::AcquireReply> {
-    match redis::from_redis_value_ref::<crate::lease::AcquireReply>(&value) {
-        Ok(reply) => Ok(reply),
-        Err(_) => Err(unexpected(doing, &value)),
-    }
 }
 
 #[cfg(test)]
