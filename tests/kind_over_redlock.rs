@@ -1,6 +1,6 @@
-//! The other kinds over a Redlock of three `redis-server`s that the tests start and kill: a
-//! `RwLock` and a `Semaphore` whose holds live on a majority, with the guards, re-entry,
-//! waiting, renewal, poison records, events and `Stats` of a client's.
+//! The other kinds over a Redlock of three `redis-server`s that the tests start and kill: an
+//! `RwLock`, a `Semaphore` and a `MultiLock` whose holds live on a quorum, with the guards,
+//! re-entry, waiting, renewal, poison records, events and `Stats` of a client's.
 
 mod support;
 
@@ -222,6 +222,47 @@ fn a_panicking_writer_leaves_a_poison_record_on_the_majority_and_a_reader_none()
         lock.try_write().unwrap().is_some(),
         "the reader's hold was kept"
     );
+}
+
+#[test]
+fn a_redlock_multi_lock_takes_all_or_nothing_and_never_deadlocks() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let held = b.mutex("b").lock().unwrap();
+    let multi = a.multi_lock(["c", "a", "b"]);
+    assert!(multi
+        .try_lock_for(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
+    assert!(
+        s.iter()
+            .all(|s| !exists(s, "redmutex:{a}") && !exists(s, "redmutex:{c}")),
+        "a partial hold was left"
+    );
+    drop(held);
+    let all = multi.lock().unwrap();
+    assert_eq!(all.guards().len(), 3);
+    assert!(all.validity_left() > Duration::ZERO);
+    assert!(b.mutex("a").try_lock().unwrap().is_none());
+    all.unlock().unwrap();
+    // Overlapping sets taken in opposite orders by three Redlocks.
+    let urls: Vec<String> = s.iter().map(RedisServer::url).collect();
+    let threads: Vec<_> = [["x", "y", "z"], ["z", "y", "x"], ["y", "x", "w"]]
+        .into_iter()
+        .map(|names| {
+            let urls = urls.clone();
+            std::thread::spawn(move || {
+                let redlock = Redlock::open(urls.iter().map(String::as_str)).unwrap();
+                let multi = redlock.multi_lock(names);
+                for _ in 0..10 {
+                    multi.lock().unwrap().unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        within(LIMIT, move || t.join().unwrap());
+    }
 }
 
 /// Keeps every event as a line of text.

@@ -99,6 +99,11 @@ impl RawLock {
         &self.name
     }
 
+    /// Whether the lock's holds live on one deployment (not on a quorum of instances).
+    pub(crate) fn on_one_deployment(&self) -> bool {
+        self.ctx.lessor.one_deployment().is_some()
+    }
+
     pub(crate) fn fixed_lease(&self) -> Option<Duration> {
         self.fixed_lease
     }

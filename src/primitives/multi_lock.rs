@@ -161,9 +161,11 @@ impl MultiLock {
     }
 
     /// Whether a run of locks may be taken in one script: not when the thread holds one of
-    /// them already (re-entry is taken without a round trip).
+    /// them already (re-entry is taken without a round trip), nor over a Redlock's instances
+    /// (a quorum takes each lock in its own round).
     fn may_take_together(&self, run: &[(u16, Mutex)]) -> bool {
-        run.iter().all(|(_, lock)| lock.hold_count() == 0)
+        run.iter()
+            .all(|(_, lock)| lock.hold_count() == 0 && lock.raw().on_one_deployment())
     }
 
     /// One round trip that takes the locks of `run` in order, up to the first held one; their

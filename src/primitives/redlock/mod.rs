@@ -16,7 +16,7 @@ use crate::client::Client;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::lease::{reentrancy, Handle, Lessor, LockContext, Quorum};
-use crate::primitives::{Mutex, MutexGuard, RwLock, Semaphore};
+use crate::primitives::{MultiLock, Mutex, MutexGuard, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 use crate::waiting::Subscribers;
@@ -230,6 +230,16 @@ impl Redlock {
     /// permit is a lock, and needs a majority.
     pub fn semaphore(&self, name: impl AsRef<str>, permits: u32) -> Semaphore {
         Semaphore::new(Arc::clone(&self.ctx), name.as_ref(), permits, false)
+    }
+
+    /// A handle to the locks `names`, taken all or none in one global order, as
+    /// [`Client::multi_lock`] gives one; each lock is taken in its own round. Cheap.
+    pub fn multi_lock<I>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        MultiLock::new(&self.ctx, names)
     }
 
     /// Counters of what this Redlock (and its clones) did so far, as
