@@ -11,6 +11,7 @@ use crate::config::validate_lease;
 use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::Released;
+use crate::keys::LockKeys;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
@@ -28,9 +29,11 @@ pub struct LeaseGuard {
     ctx: Arc<LockContext>,
     hold: Arc<Hold>,
     released: bool,
-    /// Bytes carried with the lock: the value that came with the acquire, then the value
-    /// the release is to write (a shared value); `None` for a plain lock.
+    /// Bytes that came with the acquire (a shared value); `None` for a plain lock.
     payload: Option<Vec<u8>>,
+    /// A release that writes bytes under the lock (a shared value): the kind's call that
+    /// does, and the bytes. `None`: the protocol's plain release.
+    written: Option<(ReleaseWith, Vec<u8>)>,
     /// Set at the release of a hold that may be passed on: what the release does with the
     /// client's place among the lock's waiting clients.
     place: std::cell::Cell<Place>,
@@ -44,6 +47,7 @@ impl LeaseGuard {
             hold,
             released: false,
             payload: None,
+            written: None,
             place: std::cell::Cell::new(Place::GiveUp),
             _not_send: PhantomData,
         }
@@ -222,7 +226,7 @@ impl LeaseGuard {
         }
         if std::thread::panicking() {
             // The value may be half-changed: it is not written.
-            self.payload = None;
+            self.written = None;
             self.mark_poisoned();
         }
         if let Some(id) = self.hold.renewal_id {
@@ -239,7 +243,7 @@ impl LeaseGuard {
                     self.place
                         .set(self.ctx.gates.hold_ends(&self.hold.lock_key, yielded));
                 }
-                match (passed, reply, &self.payload) {
+                match (passed, reply, &self.written) {
                     (Some(lost), _, _) => lost,
                     (None, Reply::Later, None) => self.release_unread(),
                     (None, ..) => self.release_in_redis(),
@@ -275,7 +279,7 @@ impl LeaseGuard {
     /// holder's lease and reserves the next block. The waiter is then woken and takes it.
     /// `None`: release in Redis instead.
     fn pass_on_within_client(&self) -> Option<Result<()>> {
-        if self.payload.is_some()
+        if self.written.is_some()
             || std::thread::panicking()
             || self.hold.lease.lost_reason().is_some()
         {
@@ -341,8 +345,8 @@ impl LeaseGuard {
     ) -> Option<Result<(u64, Instant, Cohort)>> {
         let (ctx, hold) = (&self.ctx, &self.hold);
         let call = hold
-            .protocol
-            .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease)?;
+            .hand_off?
+            .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease);
         let sent_at = Instant::now();
         let doing = self.doing("passing on");
         let reply = ctx.call_once(&hold.lock_key, doing, |c| {
@@ -440,9 +444,8 @@ impl LeaseGuard {
     }
 
     fn release_call(&self) -> ScriptCall {
-        let (protocol, keys, token) = (self.hold.protocol, &self.hold.keys, &self.hold.token);
-        match &self.payload {
-            Some(bytes) => protocol.release_with(keys, token, bytes),
+        match &self.written {
+            Some((with, bytes)) => with(&self.hold.keys, &self.hold.token, bytes),
             None => release_call_of(&self.ctx, &self.hold, self.place.get()),
         }
     }
@@ -480,10 +483,11 @@ impl LeaseGuard {
         self.payload.take()
     }
 
-    /// Has the release write `bytes` (through the protocol's `release_with`), fenced by the
-    /// holder's token; `None`: a plain release. A panicking thread's release never writes.
-    pub(crate) fn set_release_payload(&mut self, bytes: Option<Vec<u8>>) {
-        self.payload = bytes;
+    /// Has the release write `bytes` with the kind's call `with` (which releases and
+    /// writes, fenced by the holder's token); `None`: a plain release. A panicking thread's
+    /// release never writes.
+    pub(crate) fn set_release_value(&mut self, with: ReleaseWith, bytes: Option<Vec<u8>>) {
+        self.written = bytes.map(|bytes| (with, bytes));
     }
 
     /// Runs a script call of the protocol that acts only while the lock holds this guard's
@@ -517,6 +521,11 @@ impl LeaseGuard {
     }
 }
 
+/// A kind's release that also writes bytes under the lock (a shared value): the call for a
+/// lock's keys, the holder's token and the bytes. Reply as a release's: 1 when released, 0
+/// when the lock did not hold the token (then nothing is written).
+pub(crate) type ReleaseWith = fn(&LockKeys, &str, &[u8]) -> ScriptCall;
+
 /// Whether a release waits for Redis's reply.
 #[derive(Clone, Copy)]
 enum Reply {
@@ -534,18 +543,14 @@ const SIBLING_GRACE: Duration = Duration::from_micros(50);
 /// its client, the one that also sets the client's place among the waiting right, unless the
 /// client never took one (`place`).
 fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
-    let plain = || hold.protocol.release(&hold.keys, &hold.token);
-    match (hold.cohort, place) {
-        (Some(_), Place::Keep | Place::GiveUp) => hold
-            .protocol
-            .release_held(
-                &hold.keys,
-                (&hold.token, hold.fencing_token),
-                place == Place::Keep,
-                ctx.renewal.lease() * 2,
-            )
-            .unwrap_or_else(plain),
-        _ => plain(),
+    match (hold.hand_off, hold.cohort, place) {
+        (Some(hand_off), Some(_), Place::Keep | Place::GiveUp) => hand_off.release_held(
+            &hold.keys,
+            (&hold.token, hold.fencing_token),
+            place == Place::Keep,
+            ctx.renewal.lease() * 2,
+        ),
+        _ => hold.protocol.release(&hold.keys, &hold.token),
     }
 }
 

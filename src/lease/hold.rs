@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
 use crate::lease::lessor::Site;
-use crate::lease::protocol::Protocol;
+use crate::lease::protocol::{HandOff, Protocol};
 use crate::lease::reentrancy::{Held, HoldTable};
 use crate::lease::state::{LeaseState, LostReason};
 use crate::waiting::Cohort;
@@ -37,6 +37,8 @@ pub(crate) struct Hold {
     /// The run of holds by this client's threads that it belongs to, when its release may
     /// pass the lock to another of them (a `Mutex` taken by one thread); `None`: it may not.
     pub(crate) cohort: Option<Cohort>,
+    /// How the hold is passed on, and released, when it has a run.
+    pub(crate) hand_off: Option<&'static dyn HandOff>,
 }
 
 thread_local! {

@@ -33,6 +33,18 @@ pub(crate) enum WaitStyle {
 /// at least half of it is surely ahead; later, it attempts instead.
 pub(crate) const HAND_OFF_CLAIM: Duration = Duration::from_secs(1);
 
+/// Whether an attempt may take a free lock with plain commands (see `lease::plain_take`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlainTake {
+    /// Only the acquire script takes the lock.
+    Never,
+    /// A lock whose key is free is taken.
+    WhenFree,
+    /// A lock whose key is free is taken unless waiters queue for it (`LockKeys::queue`): a
+    /// fair lock's queue comes first.
+    WhenFreeOfQueue,
+}
+
 /// One acquire attempt, as a protocol's acquire script takes it.
 pub(crate) struct AcquireCall<'a> {
     pub(crate) keys: &'a LockKeys,
@@ -68,6 +80,27 @@ impl AcquireCall<'_> {
     }
 }
 
+/// What a kind brings whose holds one thread may pass to another thread of the same client
+/// without releasing them in Redis (a `Mutex`'s lock cohorting): the two calls the passing
+/// makes. Given to the lock apart from its protocol (`RawLock::with_hand_off`).
+pub(crate) trait HandOff: Send + Sync + 'static {
+    /// Passes a held lock (`token`) to another thread of the same client in one call, holding
+    /// it on for `lease` and reserving `reserve` fencing tokens for the run of passes within
+    /// the client (see `mutex/pass_on.lua` for the reply).
+    fn pass_on(&self, keys: &LockKeys, token: &str, reserve: u32, lease: Duration) -> ScriptCall;
+
+    /// The release of a hold that may have been passed on within its client: also sets the
+    /// client's place among the lock's waiting clients right (`others_wait`: more of its
+    /// threads wait; a place is kept `place_kept`).
+    fn release_held(
+        &self,
+        keys: &LockKeys,
+        hold: (&str, u64),
+        others_wait: bool,
+        place_kept: Duration,
+    ) -> ScriptCall;
+}
+
 /// A kind of lock, as the shared machinery sees it. Implementations are stateless `static`s.
 pub(crate) trait Protocol: Send + Sync + 'static {
     /// The name of the handle type, for `Debug` output.
@@ -83,29 +116,17 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall;
 
     /// Whether this attempt may first try to take the lock with plain commands, without a
-    /// script (`lease::plain_take`): for a protocol whose acquire, on a free lock, only sets
-    /// the lock key to the token for the lease and takes the next fencing token, and whose
-    /// acquire script, run after, settles every other case. Defaults to `false`.
-    fn takes_plainly(&self, _call: &AcquireCall<'_>) -> bool {
-        false
-    }
-
-    /// Whether the waiters in the lock's queue (`LockKeys::queue`) come before a lock taken
-    /// plainly: a fair lock's (see `lease::plain_take`).
-    fn queue_before_plain_take(&self) -> bool {
-        false
+    /// script (`lease::plain_take`), and what a free lock must also be free of: for a
+    /// protocol whose acquire, on a free lock, only sets the lock key to the token for the
+    /// lease and takes the next fencing token, and whose acquire script, run after, settles
+    /// every other case. Defaults to [`PlainTake::Never`].
+    fn plain_take(&self, _call: &AcquireCall<'_>) -> PlainTake {
+        PlainTake::Never
     }
 
     /// Releases the lock if it holds `token`, and wakes whom the release concerns.
     /// Reply: 1 when released, 0 when the lock did not hold the token.
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall;
-
-    /// Releases the lock if it holds `token`, writing `value` under it in the same script (a
-    /// protocol that keeps a value under its lock). Reply as for [`release`](Self::release);
-    /// nothing is written when the lock did not hold the token. Defaults to `release`.
-    fn release_with(&self, keys: &LockKeys, token: &str, _value: &[u8]) -> ScriptCall {
-        self.release(keys, token)
-    }
 
     /// Releases the lock whoever holds it, and wakes whom the release concerns.
     /// Reply: 1 when a lock was there, 0 when not.
@@ -134,38 +155,6 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         None
     }
 
-    /// Whether [`pass_on`](Self::pass_on) gives a call.
-    fn passes_on(&self) -> bool {
-        false
-    }
-
-    /// Passes a held lock (`token`) to another thread of the same client in one call, holding
-    /// it on for `lease` and reserving `reserve` fencing tokens for the run of passes within
-    /// the client (see `mutex/pass_on.lua` for the reply). `None` (the default): a release
-    /// always goes through Redis.
-    fn pass_on(
-        &self,
-        _keys: &LockKeys,
-        _token: &str,
-        _reserve: u32,
-        _lease: Duration,
-    ) -> Option<ScriptCall> {
-        None
-    }
-
-    /// The release of a hold that may have been passed on within its client: also sets the
-    /// client's place among the lock's waiting clients right (`others_wait`: more of its
-    /// threads wait; a place is kept `place_kept`). `None`: the plain release.
-    fn release_held(
-        &self,
-        _keys: &LockKeys,
-        _hold: (&str, u64),
-        _others_wait: bool,
-        _place_kept: Duration,
-    ) -> Option<ScriptCall> {
-        None
-    }
-
     /// A word that sets this protocol's keys apart from a lock's of the same name
     /// (`P:<namespace>:{N}…` instead of `P:{N}…`), for a kind whose keys, waiters and
     /// announcements must not mix with a `Mutex`'s. `None`: the lock's own keys.
@@ -177,14 +166,6 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// lock), or takes another hold (a semaphore's permits).
     fn reentrant(&self) -> bool {
         true
-    }
-
-    /// The name of a hold of this protocol in the per-thread re-entry map, and its route (so
-    /// it shares the lock's hash tag). Defaults to the lock's main key; a lock with holds of
-    /// two kinds on the same keys (a read-write lock's readers and writer) names each kind
-    /// apart, so that re-entry never mistakes one for the other.
-    fn hold_key(&self, keys: &LockKeys) -> String {
-        keys.lock.clone()
     }
 
     /// Queue style: keeps the places of `tokens` (waiters of one client) alive for

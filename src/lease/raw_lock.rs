@@ -17,7 +17,7 @@ use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
 use crate::lease::lessor::{Attempted, Attempting, Contact};
-use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
+use crate::lease::protocol::{AcquireCall, HandOff, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
 use crate::lease::state::LeaseState;
@@ -49,13 +49,15 @@ pub(crate) struct RawLock {
     /// How many units a hold takes, and how many exist (a semaphore's permits).
     units: u32,
     capacity: u32,
+    /// How its holds pass between threads of the client, for a kind whose holds may.
+    hand_off: Option<&'static dyn HandOff>,
 }
 
 impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
         let keys = LockKeys::new(&key_prefix(&ctx, protocol), name).map(Arc::new);
         let lock_key: Arc<str> = match &keys {
-            Ok(k) => Arc::from(protocol.hold_key(k)),
+            Ok(k) => Arc::from(k.lock.as_str()),
             Err(_) => Arc::from(""),
         };
         RawLock {
@@ -68,7 +70,15 @@ impl RawLock {
             fixed_lease: None,
             units: 1,
             capacity: 1,
+            hand_off: None,
         }
+    }
+
+    /// This lock, whose holds one thread may pass to another of the client as `hand_off`
+    /// says (lock cohorting), where its holds live on one deployment.
+    pub(crate) fn with_hand_off(mut self, hand_off: &'static dyn HandOff) -> Self {
+        self.hand_off = Some(hand_off);
+        self
     }
 
     /// This lock, whose holds take `units` of the `capacity` that exist.
@@ -83,9 +93,20 @@ impl RawLock {
         let prefix = key_prefix(&self.ctx, self.protocol);
         self.keys = LockKeys::bare(&prefix, &self.name).map(Arc::new);
         self.lock_key = match &self.keys {
-            Ok(k) => Arc::from(self.protocol.hold_key(k)),
+            Ok(k) => Arc::from(k.lock.as_str()),
             Err(_) => Arc::from(""),
         };
+        self
+    }
+
+    /// This lock, with its holds known in the re-entry map by its main key and `suffix` (a
+    /// lock with holds of two kinds on the same keys, such as a read-write lock's readers
+    /// and writer, names one kind apart, so that re-entry never mistakes one for the other).
+    /// The name keeps the lock's hash tag, so it routes as the lock does.
+    pub(crate) fn with_hold_suffix(mut self, suffix: &str) -> Self {
+        if let Ok(k) = &self.keys {
+            self.lock_key = Arc::from(format!("{}{suffix}", k.lock));
+        }
         self
     }
 
@@ -582,6 +603,7 @@ impl RawLock {
             lease: lease_state,
             acquired_at: ctx.counters.events.on().then(Instant::now),
             cohort: cohort.map(|(run, _)| run),
+            hand_off: self.hand_off.filter(|_| cohort.is_some()),
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
@@ -664,8 +686,8 @@ impl RawLock {
     /// Whether holds of this lock taken by one thread may be passed to another thread of
     /// the client (a `Mutex`'s; the protocol knows how).
     fn passes_on(&self) -> bool {
-        self.protocol.wait_style() == WaitStyle::Contend
-            && self.protocol.passes_on()
+        self.hand_off.is_some()
+            && self.protocol.wait_style() == WaitStyle::Contend
             && self.ctx.lessor.one_deployment().is_some()
     }
 

@@ -15,6 +15,7 @@ use crate::identity::Identity;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::lessor::{Attempted, Attempting, Contact, Lessor, Renewing, Site};
 use crate::lease::plain_take::{self, SeededCounters};
+use crate::lease::protocol::PlainTake;
 use crate::lease::renewal::BATCH_SIZE;
 use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::reply::AcquireReply;
@@ -83,8 +84,7 @@ impl Single {
         }
         let (call, protocol) = (a.call, a.protocol);
         let (keys, token) = (call.keys, call.token);
-        let queue = protocol
-            .queue_before_plain_take()
+        let queue = (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
             .then_some(keys.queue.as_str());
         let reply = plain_take::acquire(
             c,
@@ -236,7 +236,7 @@ impl Lessor for Single {
         // Built when first sent: an attempt that plain commands settle never sends it.
         let script = LazyCell::new(|| a.protocol.acquire(call));
         let plainly = a.first
-            && a.protocol.takes_plainly(call)
+            && a.protocol.plain_take(call) != PlainTake::Never
             && !self.connections.redirects()
             && self.seeded.contains(&keys.fence);
         let mut resent = false;

@@ -11,7 +11,9 @@ use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts::{with_fence, ANNOUNCE, HOLDER, QUEUE_HEARTBEAT};
-use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle, HAND_OFF_CLAIM};
+use crate::lease::{
+    AcquireCall, LockContext, PlainTake, Protocol, RawLock, WaitStyle, HAND_OFF_CLAIM,
+};
 use crate::primitives::lock::{Fair, Lock};
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
@@ -156,12 +158,11 @@ impl Protocol for FairProtocol {
     /// The first try of an acquire (which does not queue) takes a free lock with `SET NX PX
     /// GET` and `INCR`, and reads the queue's head in the same round trip: a lock taken while
     /// someone queues goes to the head at once (`lease::plain_take`).
-    fn takes_plainly(&self, call: &AcquireCall<'_>) -> bool {
-        !call.queue
-    }
-
-    fn queue_before_plain_take(&self) -> bool {
-        true
+    fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
+        match call.queue {
+            true => PlainTake::Never,
+            false => PlainTake::WhenFreeOfQueue,
+        }
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {

@@ -10,7 +10,7 @@ use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
-use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
+use crate::lease::{AcquireCall, HandOff, LockContext, PlainTake, Protocol, RawLock, WaitStyle};
 use crate::primitives::lock::{Lock, Plain};
 
 /// A lock that excludes every thread of every process using the same Redis and name.
@@ -103,7 +103,7 @@ pub type Mutex = Lock<Plain>;
 
 impl Lock<Plain> {
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
-        Lock::of(RawLock::new(ctx, &PROTOCOL, name))
+        Lock::of(RawLock::new(ctx, &PROTOCOL, name).with_hand_off(&PROTOCOL))
     }
 
     /// This handle, keeping the lock at its name itself — the key `orders:42` rather than
@@ -227,8 +227,11 @@ impl Protocol for MutexProtocol {
     /// A free lock is taken with `SET NX PX GET` and `INCR` of the fencing counter, unless
     /// the client stays among the waiting (other threads of it wait), which only the script
     /// does.
-    fn takes_plainly(&self, call: &AcquireCall<'_>) -> bool {
-        !call.more && !call.after
+    fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
+        match call.more || call.after {
+            true => PlainTake::Never,
+            false => PlainTake::WhenFree,
+        }
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -237,49 +240,6 @@ impl Protocol for MutexProtocol {
             .key(&keys.waiting)
             .arg(token)
             .arg(&*keys.channel)
-    }
-
-    fn passes_on(&self) -> bool {
-        true
-    }
-
-    /// Threads of one client pass the lock among themselves (lock cohorting).
-    fn pass_on(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        reserve: u32,
-        lease: Duration,
-    ) -> Option<ScriptCall> {
-        Some(
-            ScriptCall::new(&PASS_ON)
-                .key(&keys.lock)
-                .key(&keys.fence)
-                .key(&keys.waiting)
-                .arg(token)
-                .arg(reserve)
-                .arg(millis(lease)),
-        )
-    }
-
-    fn release_held(
-        &self,
-        keys: &LockKeys,
-        (token, fencing_token): (&str, u64),
-        others_wait: bool,
-        place_kept: Duration,
-    ) -> Option<ScriptCall> {
-        Some(
-            ScriptCall::new(&RELEASE_HELD)
-                .key(&keys.lock)
-                .key(&keys.waiting)
-                .key(&keys.fence)
-                .arg(token)
-                .arg(&*keys.channel)
-                .arg(fencing_token)
-                .arg(if others_wait { "more" } else { "" })
-                .arg(millis(place_kept)),
-        )
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {
@@ -309,6 +269,37 @@ impl Protocol for MutexProtocol {
                 .arg(token)
                 .arg(&*keys.channel)
         })
+    }
+}
+
+/// Threads of one client pass the lock among themselves (lock cohorting).
+impl HandOff for MutexProtocol {
+    fn pass_on(&self, keys: &LockKeys, token: &str, reserve: u32, lease: Duration) -> ScriptCall {
+        ScriptCall::new(&PASS_ON)
+            .key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.waiting)
+            .arg(token)
+            .arg(reserve)
+            .arg(millis(lease))
+    }
+
+    fn release_held(
+        &self,
+        keys: &LockKeys,
+        (token, fencing_token): (&str, u64),
+        others_wait: bool,
+        place_kept: Duration,
+    ) -> ScriptCall {
+        ScriptCall::new(&RELEASE_HELD)
+            .key(&keys.lock)
+            .key(&keys.waiting)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(&*keys.channel)
+            .arg(fencing_token)
+            .arg(if others_wait { "more" } else { "" })
+            .arg(millis(place_kept))
     }
 }
 

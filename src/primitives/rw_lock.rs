@@ -142,10 +142,6 @@ impl Protocol for ReadProtocol {
         Arc::clone(&keys.channel)
     }
 
-    fn hold_key(&self, keys: &LockKeys) -> String {
-        format!("{}:read", keys.lock)
-    }
-
     fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {
         ScriptCall::new(&READ_RENEW)
             .key(readers(keys))
@@ -258,7 +254,8 @@ pub struct RwLock {
 impl RwLock {
     pub(crate) fn new(ctx: Arc<LockContext>, name: &str) -> Self {
         RwLock {
-            read: RawLock::new(Arc::clone(&ctx), &READ, name),
+            // Read and write holds share keys, not re-entry: a read hold is known apart.
+            read: RawLock::new(Arc::clone(&ctx), &READ, name).with_hold_suffix(":read"),
             write: RawLock::new(ctx, &WRITE, name),
         }
     }

@@ -65,6 +65,20 @@ pub(crate) fn commit_call(keys: &LockKeys, token: &str, bytes: &[u8]) -> ScriptC
         .arg(bytes)
 }
 
+/// Releases the lock if it holds `token` and writes `value` under it in the same script
+/// (empty bytes remove the value): the release of a guard whose value changed. Reply as for a
+/// release; nothing is written when the lock did not hold the token.
+pub(crate) fn release_with(keys: &LockKeys, token: &str, value: &[u8]) -> ScriptCall {
+    ScriptCall::new(&RELEASE_WITH)
+        .key(&keys.lock)
+        .key(&keys.waiting)
+        .key(value_key(keys))
+        .key(&keys.fence)
+        .arg(token)
+        .arg(&*keys.channel)
+        .arg(value)
+}
+
 /// A `Mutex` that carries a value.
 struct SharedProtocol;
 
@@ -85,17 +99,6 @@ impl Protocol for SharedProtocol {
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
         mutex::protocol().release(keys, token)
-    }
-
-    fn release_with(&self, keys: &LockKeys, token: &str, value: &[u8]) -> ScriptCall {
-        ScriptCall::new(&RELEASE_WITH)
-            .key(&keys.lock)
-            .key(&keys.waiting)
-            .key(value_key(keys))
-            .key(&keys.fence)
-            .arg(token)
-            .arg(&*keys.channel)
-            .arg(value)
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {

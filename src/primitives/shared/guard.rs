@@ -226,7 +226,7 @@ impl<T: Serialize> SharedGuard<T> {
         };
         match bytes {
             Ok(bytes) => {
-                lease.set_release_payload(bytes);
+                lease.set_release_value(super::release_with, bytes);
                 lease.unlock()
             }
             Err(e) => {
@@ -249,7 +249,7 @@ impl<T: Serialize> SharedGuard<T> {
             return Ok(());
         };
         // Empty bytes: the release script removes the value (a stored value is never empty).
-        lease.set_release_payload(Some(Vec::new()));
+        lease.set_release_value(super::release_with, Some(Vec::new()));
         lease.unlock()
     }
 
@@ -287,7 +287,7 @@ impl<T: Serialize> Drop for SharedGuard<T> {
         let bytes = self.changed_bytes();
         if let Some(lease) = self.inner.as_mut() {
             match bytes {
-                Ok(bytes) => lease.set_release_payload(bytes),
+                Ok(bytes) => lease.set_release_value(super::release_with, bytes),
                 Err(e) => log::warn!(
                     "redmutex: the value of {:?} is not written: {e}",
                     lease.name()
