@@ -22,7 +22,9 @@ use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
-use crate::waiting::{self, Attempt, Cohort, Outage, Passed, Subscription, Taker, Turn};
+use crate::waiting::{
+    self, Attempt, Cohort, Contending, Outage, Passed, Queued, Subscription, Taker, Turn,
+};
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
@@ -335,16 +337,15 @@ impl RawLock {
         };
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
-                waiting::contend(
-                    ctx.waiting(),
-                    &self.lock_key,
-                    (&channel, filter),
+                let contending = Contending {
+                    lock_key: &self.lock_key,
+                    channel: &channel,
+                    filter,
                     deadline,
-                    None,
+                    early: None,
                     taker,
-                    attempt,
-                    take_over,
-                )
+                };
+                waiting::contend(ctx.waiting(), contending, attempt, take_over)
             });
             return self.withdraw_unless_won(keys, token, waited);
         }
@@ -362,16 +363,15 @@ impl RawLock {
             Attempt::Held(remaining, release) => {
                 let early = early.map(|sub| (sub, seen, remaining, release));
                 let waited = self.waiting(|| {
-                    waiting::contend(
-                        ctx.waiting(),
-                        &self.lock_key,
-                        (&channel, filter),
+                    let contending = Contending {
+                        lock_key: &self.lock_key,
+                        channel: &channel,
+                        filter,
                         deadline,
                         early,
                         taker,
-                        attempt,
-                        take_over,
-                    )
+                    };
+                    waiting::contend(ctx.waiting(), contending, attempt, take_over)
                 });
                 self.withdraw_unless_won(keys, token, waited)
             }
@@ -451,13 +451,16 @@ impl RawLock {
         })?;
         let contact = Cell::new(None);
         let result = self.waiting(|| {
-            waiting::queue(
-                ctx.waiting(),
-                &self.lock_key,
+            let queued = Queued {
+                lock_key: &self.lock_key,
                 subscription,
                 confirm,
                 deadline,
-                &dropped,
+                dropped: &dropped,
+            };
+            waiting::queue(
+                ctx.waiting(),
+                queued,
                 (
                     || {
                         self.attempt(

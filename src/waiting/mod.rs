@@ -94,6 +94,34 @@ pub(crate) struct WaitContext<'a> {
     pub(crate) rechecks: &'a Gates,
 }
 
+/// A contending wait for a lock (see [`contend`]).
+pub(crate) struct Contending<'a> {
+    /// The lock's gate in this client.
+    pub(crate) lock_key: &'a Arc<str>,
+    /// The wake channel, and the announcements on it that concern this client.
+    pub(crate) channel: &'a Arc<str>,
+    pub(crate) filter: Option<Arc<str>>,
+    pub(crate) deadline: Option<Instant>,
+    /// A subscription live before a failed first attempt, with its wake-up count, the lock's
+    /// remaining lease and how its holder releases, from then.
+    pub(crate) early: Option<(Subscription, u64, Duration, Release)>,
+    /// How the waiter takes a lock passed to it within the client.
+    pub(crate) taker: Taker,
+}
+
+/// A queued wait for a lock (see [`queue`]).
+pub(crate) struct Queued<'a> {
+    /// The lock's re-check gate in this client.
+    pub(crate) lock_key: &'a Arc<str>,
+    /// The waiter's subscription to its wake channel, and whether to wait for Redis to
+    /// confirm it first.
+    pub(crate) subscription: Option<Subscription>,
+    pub(crate) confirm: bool,
+    pub(crate) deadline: Option<Instant>,
+    /// Set when the waiter was dropped from the queue as dead.
+    pub(crate) dropped: &'a AtomicBool,
+}
+
 impl WaitContext<'_> {
     /// Waits up to the response timeout (and never past `deadline`) for Redis to confirm the
     /// subscription of `pause`.
@@ -124,17 +152,20 @@ impl WaitContext<'_> {
 /// `take_over`
 /// makes what was won of a lock passed to it, without a round trip.
 #[cold]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn contend<W>(
     w: WaitContext<'_>,
-    lock_key: &Arc<str>,
-    (channel, filter): (&Arc<str>, Option<Arc<str>>),
-    deadline: Option<Instant>,
-    early: Option<(Subscription, u64, Duration, Release)>,
-    taker: Taker,
+    contending: Contending<'_>,
     mut attempt: impl FnMut(Turn) -> Result<Attempt<W>>,
     mut take_over: impl FnMut(Passed) -> Result<W>,
 ) -> Result<Option<W>> {
+    let Contending {
+        lock_key,
+        channel,
+        filter,
+        deadline,
+        early,
+        taker,
+    } = contending;
     let wait = w.counters.contended_wait();
     let Some(pass) = w.gates.lead(lock_key, deadline) else {
         return wait.finish(Ok(None));
@@ -262,20 +293,22 @@ fn hand_subscription_on(pass: &GatePass<'_>, pause: &mut Pause, seen: u64) {
 /// what was won of the note, without an attempt, or `None` when the note cannot be relied on
 /// (then the waiter attempts, as after any announcement).
 #[cold]
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn queue<W>(
     w: WaitContext<'_>,
-    lock_key: &Arc<str>,
-    subscription: Option<Subscription>,
-    confirm: bool,
-    deadline: Option<Instant>,
-    dropped: &AtomicBool,
+    queued: Queued<'_>,
     (mut attempt, mut handed): (
         impl FnMut() -> Result<Attempt<W>>,
         impl FnMut(&str) -> Option<W>,
     ),
     leave: impl FnOnce(),
 ) -> Result<Option<W>> {
+    let Queued {
+        lock_key,
+        subscription,
+        confirm,
+        deadline,
+        dropped,
+    } = queued;
     let wait = w.counters.contended_wait();
     let mut pause = Pause::new(subscription, w.config);
     if confirm {
