@@ -92,33 +92,29 @@ impl Config {
         other: &Config,
     ) -> Option<(&'static str, String, String)> {
         let (a, b) = (self, other);
-        let settings: [(&'static str, String, String); 5] = [
-            (
-                "default lease",
-                format!("{:?}", a.default_lease),
-                format!("{:?}", b.default_lease),
-            ),
-            (
-                "renewal interval",
-                format!("{:?}", a.renewal_interval),
-                format!("{:?}", b.renewal_interval),
-            ),
-            (
-                "outage patience",
-                format!("{:?}", a.outage_patience),
-                format!("{:?}", b.outage_patience),
-            ),
-            (
-                "key prefix",
-                format!("{:?}", a.key_prefix),
-                format!("{:?}", b.key_prefix),
-            ),
-            (
-                "backoff",
-                format!("{:?} to {:?}", a.backoff_base, a.backoff_cap),
-                format!("{:?} to {:?}", b.backoff_base, b.backoff_cap),
-            ),
+        let durations = [
+            ("default lease", a.default_lease, b.default_lease),
+            ("renewal interval", a.renewal_interval, b.renewal_interval),
+            ("outage patience", a.outage_patience, b.outage_patience),
         ];
-        settings.into_iter().find(|(_, x, y)| x != y)
+        let prefix = ("key prefix", &a.key_prefix, &b.key_prefix);
+        let backoff = (
+            "backoff",
+            (a.backoff_base, a.backoff_cap),
+            (b.backoff_base, b.backoff_cap),
+        );
+        durations
+            .into_iter()
+            .find(|(_, x, y)| x != y)
+            .map(in_words)
+            .or_else(|| (prefix.1 != prefix.2).then(|| in_words(prefix)))
+            .or_else(|| (backoff.1 != backoff.2).then(|| in_words(backoff)))
     }
+}
+
+/// A setting's name and two values, in words (`Debug`).
+fn in_words<T: std::fmt::Debug>(
+    (what, x, y): (&'static str, T, T),
+) -> (&'static str, String, String) {
+    (what, format!("{x:?}"), format!("{y:?}"))
 }

@@ -94,7 +94,7 @@ impl LeaseGuard {
         let remaining = self
             .ctx
             .lessor
-            .remaining(hold.site(), &call, self.doing("verifying"))?;
+            .remaining(hold.call(&call, self.doing("verifying")))?;
         remaining.ok_or_else(|| self.lost(LostReason::Taken))
     }
 
@@ -115,7 +115,7 @@ impl LeaseGuard {
         let hold = &self.hold;
         let call = hold.protocol.change_lease(&hold.keys, &hold.token, by, how);
         let doing = self.doing("extending the lease of");
-        match self.ctx.lessor.change_lease(hold.site(), &call, doing)? {
+        match self.ctx.lessor.change_lease(hold.call(&call, doing))? {
             Some(held_until) => {
                 hold.lease.expires_at_set(held_until);
                 Ok(())
@@ -180,7 +180,7 @@ impl LeaseGuard {
             .arg(&*self.hold.token)
             .arg(&record);
         let doing = self.doing("recording a panic on");
-        match self.ctx.lessor.acted(self.hold.site(), &call, doing) {
+        match self.ctx.lessor.acted(self.hold.call(&call, doing)) {
             Ok(true) => log::warn!(
                 "redmutex: a thread panicked while holding lock {:?}; it is released and \
                  marked poisoned",
@@ -426,10 +426,9 @@ impl LeaseGuard {
     /// it, or left to the renewal thread when no connection could be had.
     fn release_unread(&self) -> Result<()> {
         let (ctx, hold) = (Arc::downgrade(&self.ctx), Arc::clone(&self.hold));
+        let call = self.release_call();
         let sent = self.ctx.lessor.release_unread(
-            self.hold.site(),
-            &self.release_call(),
-            self.doing("releasing"),
+            self.hold.call(&call, self.doing("releasing")),
             Box::new(move |reply| settle_release(&ctx, &hold, reply)),
         );
         match sent {
@@ -455,7 +454,7 @@ impl LeaseGuard {
         let call = self.release_call();
         self.ctx
             .lessor
-            .release(self.hold.site(), &call, self.doing("releasing"))
+            .release(self.hold.call(&call, self.doing("releasing")))
     }
 
     /// Has the renewal thread finish a release whose outcome is unknown.
@@ -503,7 +502,7 @@ impl LeaseGuard {
         match self
             .ctx
             .lessor
-            .acted(self.hold.site(), call, self.doing(action))?
+            .acted(self.hold.call(call, self.doing(action)))?
         {
             true => Ok(()),
             false => Err(self.lost(LostReason::Taken)),
@@ -561,7 +560,7 @@ fn give_back(ctx: &LockContext, hold: &Hold) {
     let place = ctx.gates.hold_ends(&hold.lock_key, false);
     let call = release_call_of(ctx, hold, place);
     let doing = Doing::lock("releasing", &hold.name);
-    if let Err(e) = ctx.lessor.release(hold.site(), &call, doing) {
+    if let Err(e) = ctx.lessor.release(hold.call(&call, doing)) {
         log::debug!("redmutex: {e}");
         clean_up_release(ctx, hold, call);
     }

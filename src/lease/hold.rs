@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::thread::LocalKey;
 use std::time::{Duration, Instant};
 
+use crate::connection::ScriptCall;
+use crate::error::Doing;
 use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
-use crate::lease::lessor::Site;
+use crate::lease::lessor::{HoldCall, Site};
 use crate::lease::protocol::{HandOff, Protocol};
 use crate::lease::reentrancy::{Held, HoldTable};
 use crate::lease::state::{LeaseState, LostReason};
@@ -62,6 +64,15 @@ impl Hold {
         Site {
             route: &self.lock_key,
             capacity: self.capacity,
+        }
+    }
+
+    /// `call` about this hold, `doing` what it says.
+    pub(crate) fn call<'a>(&'a self, call: &'a ScriptCall, doing: Doing<'a>) -> HoldCall<'a> {
+        HoldCall {
+            site: self.site(),
+            call,
+            doing,
         }
     }
 }

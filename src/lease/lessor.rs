@@ -45,6 +45,14 @@ pub(crate) struct Site<'a> {
     pub(crate) capacity: u32,
 }
 
+/// One call about a hold: where it goes, the call, and what it is for (in messages).
+#[derive(Clone, Copy)]
+pub(crate) struct HoldCall<'a> {
+    pub(crate) site: Site<'a>,
+    pub(crate) call: &'a ScriptCall,
+    pub(crate) doing: Doing<'a>,
+}
+
 /// One lease for the renewal to renew: where, and its `renew` call.
 pub(crate) type Renewing<'a> = (Site<'a>, &'a ScriptCall);
 
@@ -85,43 +93,27 @@ pub(crate) trait Lessor: Send + Sync + 'static {
 
     /// A token-checked release, its reply awaited: whether the lock still held the token
     /// (`false`: the lease was lost). Sent once.
-    fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool>;
+    fn release(&self, c: HoldCall<'_>) -> Result<bool>;
 
     /// The release written without waiting for its reply, which `settle` gets when it is
     /// read. `Ok(false)`: not written (the caller releases with [`release`](Self::release)).
-    fn release_unread(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-        settle: OnReply,
-    ) -> Result<bool>;
+    fn release_unread(&self, c: HoldCall<'_>, settle: OnReply) -> Result<bool>;
 
     /// A call that tells how long a hold has left (milliseconds, or -1 when its token no
     /// longer holds): the remaining lease, or `None` when lost.
-    fn remaining(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Duration>>;
+    fn remaining(&self, c: HoldCall<'_>) -> Result<Option<Duration>>;
 
     /// A call that changes a hold's lease (replying as [`remaining`](Self::remaining)), sent
     /// at `sent_at`: when the new lease surely still runs, or `None` when lost.
-    fn change_lease(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Instant>>;
+    fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>>;
 
     /// A token-checked call that replies 1 when it acted: whether it did (for a quorum, on a
     /// majority).
-    fn acted(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool>;
+    fn acted(&self, c: HoldCall<'_>) -> Result<bool>;
 
     /// A call that replies 1 when it found something to act on, whoever's (a forced
     /// release): whether anything was found.
-    fn found(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<bool>;
+    fn found(&self, c: HoldCall<'_>) -> Result<bool>;
 
     /// A string key of the lock (a poison record): its value, if any.
     fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>>;
@@ -133,7 +125,7 @@ pub(crate) trait Lessor: Send + Sync + 'static {
     fn key_type(&self, lock_key: &str, doing: Doing<'_>) -> Result<String>;
 
     /// A call whose reply nobody needs (a withdrawal, a queue left), sent once.
-    fn send(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<()>;
+    fn send(&self, c: HoldCall<'_>) -> Result<()>;
 
     /// Renews leases, each call at its route (`renew` scripts, replying 1 while held): for
     /// each, when its lease surely runs until now, or `None` when its token no longer holds;

@@ -16,7 +16,7 @@ use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lease::cleanup::CleanUpLater;
 use crate::lease::context::{Handle, LockContext};
-use crate::lease::lessor::{Attempted, Attempting, Lessor, Renewing, Site};
+use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing};
 use crate::lease::reply::AcquireReply;
 use crate::waiting::Release;
 use instances::{fan_out, too_few_answered, unexpected, Reply};
@@ -446,7 +446,8 @@ impl Lessor for Quorum {
         }
     }
 
-    fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+    fn release(&self, c: HoldCall<'_>) -> Result<bool> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
         let needed = self.needed(site.capacity);
         let replies = self.round(site.route, call, doing);
         let n = self.instances.len();
@@ -488,22 +489,12 @@ impl Lessor for Quorum {
     }
 
     /// Never unread: a quorum's release counts its answers.
-    fn release_unread(
-        &self,
-        _: Site<'_>,
-        _: &ScriptCall,
-        _: Doing<'_>,
-        _: OnReply,
-    ) -> Result<bool> {
+    fn release_unread(&self, _: HoldCall<'_>, _: OnReply) -> Result<bool> {
         Ok(false)
     }
 
-    fn remaining(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Duration>> {
+    fn remaining(&self, c: HoldCall<'_>) -> Result<Option<Duration>> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
         self.needed_ms(
             self.needed(site.capacity),
             self.round(site.route, call, doing),
@@ -513,12 +504,8 @@ impl Lessor for Quorum {
 
     /// Valid while the majority-th longest remaining lease lasts, from the round's start,
     /// less the drift.
-    fn change_lease(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Instant>> {
+    fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
         let sent_at = Instant::now();
         let remaining = self.needed_ms(
             self.needed(site.capacity),
@@ -528,7 +515,8 @@ impl Lessor for Quorum {
         Ok(remaining.map(|r| sent_at + r.saturating_sub(crate::config::clock_drift(r))))
     }
 
-    fn acted(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+    fn acted(&self, c: HoldCall<'_>) -> Result<bool> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
         let answers = Self::answers(self.round(site.route, call, doing), doing);
         let acted = answers.ints().filter(|&n| n == 1).count();
         if acted >= self.needed(site.capacity) {
@@ -538,7 +526,8 @@ impl Lessor for Quorum {
         Ok(false)
     }
 
-    fn found(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+    fn found(&self, c: HoldCall<'_>) -> Result<bool> {
+        let (lock_key, call, doing) = (c.site.route, c.call, c.doing);
         let answers = Self::answers(self.round(lock_key, call, doing), doing);
         self.enough_answered(self.quorum, &answers.failed, doing)?;
         let any = answers.ints().any(|n| n > 0);
@@ -590,7 +579,8 @@ impl Lessor for Quorum {
         })
     }
 
-    fn send(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<()> {
+    fn send(&self, c: HoldCall<'_>) -> Result<()> {
+        let (lock_key, call, doing) = (c.site.route, c.call, c.doing);
         let answers = Self::answers(self.round(lock_key, call, doing), doing);
         match (answers.values.is_empty(), answers.failed.into_iter().next()) {
             (true, Some(e)) => Err(e),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
+use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::events::{Acquired, Failed, TimedOut, Waiting};
 use crate::keys::LockKeys;
@@ -16,7 +17,7 @@ use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::Hold;
-use crate::lease::lessor::{Attempted, Attempting, Contact};
+use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Site};
 use crate::lease::protocol::{AcquireCall, HandOff, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::Registration;
@@ -150,6 +151,15 @@ impl RawLock {
         Doing::lock(action, &self.name)
     }
 
+    /// `call` on this lock's keys `keys`, `doing` what it says.
+    fn at<'a>(&self, keys: &'a LockKeys, call: &'a ScriptCall, doing: Doing<'a>) -> HoldCall<'a> {
+        let site = Site {
+            route: &keys.lock,
+            capacity: self.capacity,
+        };
+        HoldCall { site, call, doing }
+    }
+
     /// Whether anyone holds the lock now. One round trip. A key of another type than a
     /// lock's is a `WrongType` error, as the acquire says.
     pub(crate) fn is_locked(&self) -> Result<bool> {
@@ -185,9 +195,8 @@ impl RawLock {
         let keys = self.keys()?;
         self.ctx.ensure_open()?;
         let call = self.protocol.force_release(keys);
-        self.ctx
-            .lessor
-            .found(&keys.lock, &call, self.doing("force-unlocking"))
+        let doing = self.doing("force-unlocking");
+        self.ctx.lessor.found(self.at(keys, &call, doing))
     }
 
     /// Re-entry, else one attempt, else the protocol's waiting loop until `deadline` (`None`:
@@ -390,7 +399,7 @@ impl RawLock {
         if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token, others_wait))
         {
             let doing = self.doing("giving up the wait for");
-            if let Err(e) = self.ctx.lessor.send(&keys.lock, &call, doing) {
+            if let Err(e) = self.ctx.lessor.send(self.at(keys, &call, doing)) {
                 log::debug!("redmutex: {e}");
             }
         }
@@ -485,7 +494,7 @@ impl RawLock {
     fn leave(&self, keys: &LockKeys, token: &str) {
         let call = self.protocol.abandon(keys, token);
         let doing = self.doing("leaving the queue of");
-        if let Err(e) = self.ctx.lessor.send(&keys.lock, &call, doing) {
+        if let Err(e) = self.ctx.lessor.send(self.at(keys, &call, doing)) {
             log::debug!("redmutex: {e}; retrying in the background");
             self.clean_up_later(keys, token, Instant::now() + self.ctx.renewal.lease());
         }
@@ -721,11 +730,8 @@ impl RawLock {
     #[cold]
     fn roll_back(&self, keys: &LockKeys, token: &str, give_up_at: Instant) {
         let call = self.protocol.abandon(keys, token);
-        if let Err(e) = self
-            .ctx
-            .lessor
-            .send(&keys.lock, &call, self.doing("rolling back"))
-        {
+        let doing = self.doing("rolling back");
+        if let Err(e) = self.ctx.lessor.send(self.at(keys, &call, doing)) {
             log::debug!("redmutex: {e}; retrying in the background");
             self.clean_up_later(keys, token, give_up_at);
         }

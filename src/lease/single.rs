@@ -13,7 +13,7 @@ use crate::connection::{AckRule, Acked, Conn, Connections, OnReply, Routed, Scri
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
-use crate::lease::lessor::{Attempted, Attempting, Contact, Lessor, Renewing, Site};
+use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Lessor, Renewing, Site};
 use crate::lease::plain_take::{self, SeededCounters};
 use crate::lease::protocol::PlainTake;
 use crate::lease::renewal::BATCH_SIZE;
@@ -265,40 +265,25 @@ impl Lessor for Single {
         }
     }
 
-    fn release(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
+    fn release(&self, c: HoldCall<'_>) -> Result<bool> {
         let released: i64 = self
             .connections
-            .call(site.route, doing, |c| call.invoke(c))?;
+            .call(c.site.route, c.doing, |conn| c.call.invoke(conn))?;
         Ok(released == 1)
     }
 
-    fn release_unread(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-        settle: OnReply,
-    ) -> Result<bool> {
+    fn release_unread(&self, c: HoldCall<'_>, settle: OnReply) -> Result<bool> {
         self.connections
-            .send_unread(site.route, call, doing, settle)
+            .send_unread(c.site.route, c.call, c.doing, settle)
     }
 
-    fn remaining(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Duration>> {
-        let ms: i64 = self.call(site.route, doing, |c| call.invoke(c))?;
+    fn remaining(&self, c: HoldCall<'_>) -> Result<Option<Duration>> {
+        let ms: i64 = self.call(c.site.route, c.doing, |conn| c.call.invoke(conn))?;
         Ok(u64::try_from(ms).ok().map(Duration::from_millis))
     }
 
-    fn change_lease(
-        &self,
-        site: Site<'_>,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-    ) -> Result<Option<Instant>> {
+    fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
         let sent_at = Instant::now();
         let (remaining, acks): (i64, Option<(i64, u32)>) = self.call(site.route, doing, |c| {
             match self.replicas_to_ask(LeaseWrite::Renewal, c)? {
@@ -322,14 +307,13 @@ impl Lessor for Single {
             .map(|ms| sent_at + self.counted(Duration::from_millis(ms))))
     }
 
-    fn acted(&self, site: Site<'_>, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
-        let done: i64 = self.call(site.route, doing, |c| call.invoke(c))?;
+    fn acted(&self, c: HoldCall<'_>) -> Result<bool> {
+        let done: i64 = self.call(c.site.route, c.doing, |conn| c.call.invoke(conn))?;
         Ok(done == 1)
     }
 
-    fn found(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<bool> {
-        let found: i64 = self.call(lock_key, doing, |c| call.invoke(c))?;
-        Ok(found == 1)
+    fn found(&self, c: HoldCall<'_>) -> Result<bool> {
+        self.acted(c)
     }
 
     fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>> {
@@ -347,9 +331,11 @@ impl Lessor for Single {
         })
     }
 
-    fn send(&self, lock_key: &str, call: &ScriptCall, doing: Doing<'_>) -> Result<()> {
+    fn send(&self, c: HoldCall<'_>) -> Result<()> {
         self.connections
-            .call(lock_key, doing, |c| call.invoke::<redis::Value>(c))
+            .call(c.site.route, c.doing, |conn| {
+                c.call.invoke::<redis::Value>(conn)
+            })
             .map(drop)
     }
 

@@ -204,18 +204,10 @@ impl Subscriber {
         &self.lanes.shared
     }
 
-    /// Registers interest in `channel` only if it is subscribed and confirmed already: an
-    /// attempt made after this cannot miss an announcement. Cheap (no round trip, no wake-up).
+    /// Registers interest in `channel` only if it is subscribed and confirmed already (an
+    /// attempt made after this cannot miss an announcement), bumping `signal` on a wake-up.
+    /// Cheap (no round trip, no wake-up).
     pub(crate) fn subscribe_if_live(
-        &self,
-        channel: &Arc<str>,
-        filter: Option<Arc<str>>,
-    ) -> Option<Subscription> {
-        self.subscribe_if_live_with(channel, filter, Arc::default())
-    }
-
-    /// [`subscribe_if_live`](Self::subscribe_if_live), bumping `signal` on a wake-up.
-    pub(crate) fn subscribe_if_live_with(
         &self,
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
@@ -234,7 +226,7 @@ impl Subscriber {
     /// the lane of its shard when needed, bumping `signal` on a wake-up (a signal shared with
     /// subscriptions of other clients wakes one waiter from any of them). Returns `None` when
     /// the thread cannot be started; the caller then waits with backoff alone.
-    pub(crate) fn subscribe_with(
+    pub(crate) fn subscribe(
         &self,
         channel: &Arc<str>,
         filter: Option<Arc<str>>,

@@ -39,31 +39,16 @@ impl Subscribers {
         }
     }
 
-    /// Interest in `channel` on every member (see [`Subscriber::subscribe`]).
+    /// Interest in `channel` on every member (see [`Subscriber::subscribe`]), one signal for
+    /// all.
     pub(crate) fn subscribe(
         &self,
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
     ) -> Option<Subscription> {
-        self.subscribe_with(channel, filter, Arc::default())
-    }
-
-    /// [`subscribe`](Self::subscribe), bumping `signal` on a wake-up.
-    pub(crate) fn subscribe_with(
-        &self,
-        channel: &Arc<str>,
-        filter: Option<Arc<str>>,
-        signal: Arc<Signal>,
-    ) -> Option<Subscription> {
-        match self.members.as_slice() {
-            [one] => one.subscribe_with(channel, filter, signal),
-            many => Subscription::joined(
-                many.iter()
-                    .filter_map(|m| m.subscribe_with(channel, filter.clone(), Arc::clone(&signal)))
-                    .collect(),
-                self.needed,
-            ),
-        }
+        self.join(false, |m, signal| {
+            m.subscribe(channel, filter.clone(), signal)
+        })
     }
 
     /// Interest in `channel` only where it is live already, and only if it is on as many
@@ -73,22 +58,31 @@ impl Subscribers {
         channel: &Arc<str>,
         filter: Option<Arc<str>>,
     ) -> Option<Subscription> {
-        match self.members.as_slice() {
-            [one] => one.subscribe_if_live(channel, filter),
-            many => {
-                let signal: Arc<Signal> = Arc::default();
-                let parts: Vec<Subscription> = many
-                    .iter()
-                    .filter_map(|m| {
-                        m.subscribe_if_live_with(channel, filter.clone(), Arc::clone(&signal))
-                    })
-                    .collect();
-                match parts.len() >= self.needed {
-                    true => Subscription::joined(parts, self.needed),
-                    false => None,
-                }
-            }
+        self.join(true, |m, signal| {
+            m.subscribe_if_live(channel, filter.clone(), signal)
+        })
+    }
+
+    /// One subscription of what `each` member gives, sharing one signal; with `only_live`,
+    /// none unless as many members gave one as a subscription needs.
+    fn join(
+        &self,
+        only_live: bool,
+        each: impl Fn(&Subscriber, Arc<Signal>) -> Option<Subscription>,
+    ) -> Option<Subscription> {
+        let signal: Arc<Signal> = Arc::default();
+        if let [one] = self.members.as_slice() {
+            return each(one, signal);
         }
+        let parts: Vec<Subscription> = self
+            .members
+            .iter()
+            .filter_map(|m| each(m, Arc::clone(&signal)))
+            .collect();
+        if only_live && parts.len() < self.needed {
+            return None;
+        }
+        Subscription::joined(parts, self.needed)
     }
 
     /// Messages received and reconnections so far, over every member.
