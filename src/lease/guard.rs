@@ -206,7 +206,7 @@ impl LeaseGuard {
         if self.hold.lease.mark_lost(reason.clone()) {
             self.ctx
                 .counters
-                .lease_lost(&self.hold.name, self.hold.protocol.kind());
+                .lease_lost(&self.hold.name, self.hold.protocol.kind().name);
         }
         Error::new(
             ErrorKind::LockLost,
@@ -255,7 +255,7 @@ impl LeaseGuard {
             let lost = result.as_ref().is_err_and(Error::is_lock_lost);
             let (name, kind, held) = (
                 &*self.hold.name,
-                self.hold.protocol.kind(),
+                self.hold.protocol.kind().name,
                 acquired_at.elapsed(),
             );
             self.ctx.counters.events.emit(|h| {
@@ -287,7 +287,10 @@ impl LeaseGuard {
         }
         let cohort = self.hold.cohort.filter(Cohort::may_pass)?;
         let (ctx, hold) = (&self.ctx, &self.hold);
-        let taker = match ctx.gates.passable(&hold.lock_key, hold.protocol.kind()) {
+        let taker = match ctx
+            .gates
+            .passable(&hold.lock_key, hold.protocol.kind().name)
+        {
             Some(taker) => taker,
             // Threads that take turns come back for the lock within a few microseconds: give
             // the last holder a moment to start listening before the lock leaves the client.
@@ -295,7 +298,10 @@ impl LeaseGuard {
                 let until = Instant::now() + SIBLING_GRACE;
                 loop {
                     std::thread::yield_now();
-                    if let Some(taker) = ctx.gates.passable(&hold.lock_key, hold.protocol.kind()) {
+                    if let Some(taker) = ctx
+                        .gates
+                        .passable(&hold.lock_key, hold.protocol.kind().name)
+                    {
                         break taker;
                     }
                     if Instant::now() >= until {
@@ -594,7 +600,8 @@ fn settle_release(ctx: &Weak<LockContext>, hold: &Hold, reply: redis::RedisResul
         Ok(redis::Value::Int(_)) => {
             let reason = hold.lease.lost_reason().unwrap_or(LostReason::Taken);
             if hold.lease.mark_lost_at_release(reason.clone()) {
-                ctx.counters.lease_lost(&hold.name, hold.protocol.kind());
+                ctx.counters
+                    .lease_lost(&hold.name, hold.protocol.kind().name);
             }
             log::warn!(
                 "redmutex: releasing lock {:?} found it lost: {}",

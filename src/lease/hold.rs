@@ -80,7 +80,7 @@ impl Hold {
 impl fmt::Debug for Hold {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Hold")
-            .field("kind", &self.protocol.kind())
+            .field("kind", &self.protocol.kind().name)
             .field("name", &self.name)
             .field("fencing_token", &self.fencing_token)
             .finish_non_exhaustive()

@@ -25,7 +25,7 @@ pub(crate) use context::{Handle, LockContext};
 pub(crate) use guard::LeaseGuard;
 pub(crate) use lessor::Lessor;
 pub use poison::PoisonInfo;
-pub(crate) use protocol::{AcquireCall, HandOff, PlainTake, Protocol, WaitStyle, HAND_OFF_CLAIM};
+pub(crate) use protocol::{AcquireCall, HandOff, Kind, PlainTake, Protocol, HAND_OFF_CLAIM};
 #[cfg(test)]
 pub(crate) use quorum::scripts as quorum_scripts;
 pub(crate) use quorum::Quorum;

@@ -27,6 +27,32 @@ pub(crate) enum WaitStyle {
     Queue,
 }
 
+/// What a kind of lock is called (in events, `Debug` output and messages), and how its
+/// waiters wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kind {
+    pub(crate) name: &'static str,
+    pub(crate) waits: WaitStyle,
+}
+
+impl Kind {
+    /// A kind whose waiters contend (see [`WaitStyle::Contend`]).
+    pub(crate) const fn contending(name: &'static str) -> Kind {
+        Kind {
+            name,
+            waits: WaitStyle::Contend,
+        }
+    }
+
+    /// A kind whose waiters queue (see [`WaitStyle::Queue`]).
+    pub(crate) const fn queued(name: &'static str) -> Kind {
+        Kind {
+            name,
+            waits: WaitStyle::Queue,
+        }
+    }
+}
+
 /// How long a lock that a release hands straight to the next queued waiter is held for that
 /// waiter before the waiter renews it to its lease (its claim): a waiter that died before
 /// its turn holds the others up this long at most. The waiter relies on the claim only while
@@ -103,11 +129,8 @@ pub(crate) trait HandOff: Send + Sync + 'static {
 
 /// A kind of lock, as the shared machinery sees it. Implementations are stateless `static`s.
 pub(crate) trait Protocol: Send + Sync + 'static {
-    /// The name of the handle type, for `Debug` output.
-    fn kind(&self) -> &'static str;
-
-    /// How waiters wait.
-    fn wait_style(&self) -> WaitStyle;
+    /// What the kind is called, and how its waiters wait.
+    fn kind(&self) -> Kind;
 
     /// One acquire attempt. Reply: `{1, fencing token}` when taken — also when the lock
     /// holds `call.token` already (the same attempt sent again after its reply was lost) —

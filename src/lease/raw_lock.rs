@@ -133,7 +133,7 @@ impl RawLock {
     }
 
     pub(crate) fn kind(&self) -> &'static str {
-        self.protocol.kind()
+        self.protocol.kind().name
     }
 
     pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
@@ -231,7 +231,7 @@ impl RawLock {
         may_wait: bool,
     ) -> Result<Option<LeaseGuard>> {
         let token: Arc<str> = Arc::from(self.ctx.tokens.next());
-        match self.protocol.wait_style() {
+        match self.protocol.kind().waits {
             WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
             WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
         }
@@ -262,7 +262,7 @@ impl RawLock {
     /// Tells the client's event handlers how an acquire ended.
     #[cold]
     fn report(&self, result: &Result<Option<LeaseGuard>>, waited: Duration) {
-        let (name, kind) = (&*self.name, self.protocol.kind());
+        let (name, kind) = (&*self.name, self.protocol.kind().name);
         self.ctx.counters.events.emit(|h| match result {
             Ok(Some(_)) => h.acquired(&Acquired { name, kind, waited }),
             Ok(None) => h.timed_out(&TimedOut { name, kind, waited }),
@@ -280,7 +280,7 @@ impl RawLock {
         if !events.on() {
             return wait();
         }
-        let (name, kind) = (&*self.name, self.protocol.kind());
+        let (name, kind) = (&*self.name, self.protocol.kind().name);
         events.emit(|h| {
             h.waiting(&Waiting {
                 name,
@@ -342,7 +342,7 @@ impl RawLock {
         let taker = Taker {
             lease,
             fixed: self.fixed_lease.is_some(),
-            kind: self.protocol.kind(),
+            kind: self.protocol.kind().name,
         };
         if may_wait && ctx.gates.has_waiters(&self.lock_key) {
             let waited = self.waiting(|| {
@@ -699,7 +699,7 @@ impl RawLock {
     /// the client (a `Mutex`'s; the protocol knows how).
     fn passes_on(&self) -> bool {
         self.hand_off.is_some()
-            && self.protocol.wait_style() == WaitStyle::Contend
+            && self.protocol.kind().waits == WaitStyle::Contend
             && self.ctx.lessor.one_deployment().is_some()
     }
 

@@ -605,7 +605,7 @@ impl RenewalThread {
         };
         let why = reason.describe();
         if s.registry.contains(id) && state.mark_lost(reason) {
-            s.counters.lease_lost(name, protocol.kind());
+            s.counters.lease_lost(name, protocol.kind().name);
             log::warn!("redmutex: lock {} was lost: {why}", keys.lock);
         }
     }

@@ -11,9 +11,7 @@ use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts::{with_fence, ANNOUNCE, HOLDER, QUEUE_HEARTBEAT};
-use crate::lease::{
-    AcquireCall, LockContext, PlainTake, Protocol, RawLock, WaitStyle, HAND_OFF_CLAIM,
-};
+use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock, HAND_OFF_CLAIM};
 use crate::primitives::lock::{Fair, Lock};
 
 /// A lock granted in the order it was asked for (FIFO), across every thread of every process.
@@ -147,12 +145,8 @@ impl FairProtocol {
 }
 
 impl Protocol for FairProtocol {
-    fn kind(&self) -> &'static str {
-        "FairMutex"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Queue
+    fn kind(&self) -> Kind {
+        Kind::queued("FairMutex")
     }
 
     /// The first try of an acquire (which does not queue) takes a free lock with `SET NX PX

@@ -10,7 +10,7 @@ use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
-use crate::lease::{AcquireCall, HandOff, LockContext, PlainTake, Protocol, RawLock, WaitStyle};
+use crate::lease::{AcquireCall, HandOff, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::lock::{Lock, Plain};
 
 /// A lock that excludes every thread of every process using the same Redis and name.
@@ -212,12 +212,8 @@ pub(crate) fn with_waiters(body: &str) -> Script {
 }
 
 impl Protocol for MutexProtocol {
-    fn kind(&self) -> &'static str {
-        "Mutex"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Contend
+    fn kind(&self) -> Kind {
+        Kind::contending("Mutex")
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {

@@ -19,9 +19,7 @@ use crate::keys::{suffix, LockKeys};
 use crate::lease::scripts::{
     compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
 };
-use crate::lease::{
-    AcquireCall, LeaseGuard, LockContext, PoisonInfo, Protocol, RawLock, WaitStyle,
-};
+use crate::lease::{AcquireCall, Kind, LeaseGuard, LockContext, PoisonInfo, Protocol, RawLock};
 
 /// The helpers the read-write lock's scripts share: see `rw_lock/rw.lua`.
 const RW: &str = include_str!("rw_lock/rw.lua");
@@ -107,12 +105,8 @@ fn force_release(keys: &LockKeys) -> ScriptCall {
 }
 
 impl Protocol for ReadProtocol {
-    fn kind(&self) -> &'static str {
-        "RwLock"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Contend
+    fn kind(&self) -> Kind {
+        Kind::contending("RwLock")
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
@@ -163,12 +157,8 @@ impl Protocol for ReadProtocol {
 }
 
 impl Protocol for WriteProtocol {
-    fn kind(&self) -> &'static str {
-        "RwLock"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Contend
+    fn kind(&self) -> Kind {
+        Kind::contending("RwLock")
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {

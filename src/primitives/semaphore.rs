@@ -16,7 +16,7 @@ use crate::connection::ScriptCall;
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::{self, suffix, LockKeys, SEMAPHORE_NAMESPACE};
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE};
-use crate::lease::{AcquireCall, LeaseGuard, LockContext, Protocol, RawLock, WaitStyle};
+use crate::lease::{AcquireCall, Kind, LeaseGuard, LockContext, Protocol, RawLock};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -125,12 +125,8 @@ fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
 }
 
 impl Protocol for SemaphoreProtocol {
-    fn kind(&self) -> &'static str {
-        "Semaphore"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Contend
+    fn kind(&self) -> Kind {
+        Kind::contending("Semaphore")
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {

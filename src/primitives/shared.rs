@@ -21,7 +21,7 @@ pub use guard::SharedGuard;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{suffix, LockKeys};
-use crate::lease::{AcquireCall, LockContext, Protocol, RawLock, WaitStyle};
+use crate::lease::{AcquireCall, Kind, LockContext, Protocol, RawLock};
 use crate::primitives::mutex::{self, taking_locks, with_waiters};
 
 /// Takes the lock and reads the value: see `shared/acquire.lua`.
@@ -85,12 +85,8 @@ struct SharedProtocol;
 static PROTOCOL: SharedProtocol = SharedProtocol;
 
 impl Protocol for SharedProtocol {
-    fn kind(&self) -> &'static str {
-        "Shared"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Contend
+    fn kind(&self) -> Kind {
+        Kind::contending("Shared")
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {

@@ -13,7 +13,7 @@ use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::keys::SEMAPHORE_NAMESPACE as NAMESPACE;
 use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
-use crate::lease::{AcquireCall, Protocol, WaitStyle};
+use crate::lease::{AcquireCall, Kind, Protocol};
 
 /// A script of the fair semaphore: the queue helpers and a body.
 fn fair_script(body: &str) -> Script {
@@ -57,12 +57,8 @@ fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
 }
 
 impl Protocol for FairSemaphoreProtocol {
-    fn kind(&self) -> &'static str {
-        "Semaphore"
-    }
-
-    fn wait_style(&self) -> WaitStyle {
-        WaitStyle::Queue
+    fn kind(&self) -> Kind {
+        Kind::queued("Semaphore")
     }
 
     fn acquire(&self, acquire: &AcquireCall<'_>) -> ScriptCall {
