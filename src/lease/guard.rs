@@ -17,11 +17,10 @@ use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
 use crate::lease::poison::PoisonInfo;
 use crate::lease::reentrancy;
-use crate::lease::replication::LeaseWrite;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
 use crate::stats::Counters;
-use crate::waiting::{Cohort, Passed, Place, COHORT_PASSES};
+use crate::waiting::Place;
 
 /// A held lock (see the public guards for what each method promises). Not `Send`: it belongs
 /// to the thread that locked.
@@ -203,15 +202,7 @@ impl LeaseGuard {
 
     /// Marks the lease lost (once) and makes the error that says so.
     fn lost(&self, reason: LostReason) -> Error {
-        if self.hold.lease.mark_lost(reason.clone()) {
-            self.ctx
-                .counters
-                .lease_lost(&self.hold.name, self.hold.protocol.kind().name);
-        }
-        Error::new(
-            ErrorKind::LockLost,
-            format!("lock {:?}: {}", self.hold.name, reason.describe()),
-        )
+        lost(&self.ctx, &self.hold, reason)
     }
 
     /// Counts one hold less; the outermost one records a panic, stops the renewal and
@@ -270,14 +261,10 @@ impl LeaseGuard {
         result
     }
 
-    /// Passes the lock to the leading waiter among this client's threads instead of
-    /// releasing it (lock cohorting), when the hold may (a `Mutex`'s, within its run's bounds:
-    /// [`Cohort::may_pass`]) and a waiter listens. The lock keeps its token in Redis; the new
-    /// holder gets the next fencing token of the run's reserved block and the lease as this
-    /// hold counts it, without a round trip, when a token is left and both leases are renewed;
-    /// else one round trip (`pass_on`) checks the lock, holds it on for the new
-    /// holder's lease and reserves the next block. The waiter is then woken and takes it.
-    /// `None`: release in Redis instead.
+    /// Passes the lock to another thread of the client instead of releasing it, when the
+    /// kind hands off (see [`HandOff::pass_on`]) and the hold may: not when the release
+    /// writes a value, nor from a panicking thread, nor when the lease was lost. `None`:
+    /// release in Redis instead.
     fn pass_on_within_client(&self) -> Option<Result<()>> {
         if self.written.is_some()
             || std::thread::panicking()
@@ -285,112 +272,7 @@ impl LeaseGuard {
         {
             return None;
         }
-        let cohort = self.hold.cohort.filter(Cohort::may_pass)?;
-        let (ctx, hold) = (&self.ctx, &self.hold);
-        let taker = match ctx
-            .gates
-            .passable(&hold.lock_key, hold.protocol.kind().name)
-        {
-            Some(taker) => taker,
-            // Threads that take turns come back for the lock within a few microseconds: give
-            // the last holder a moment to start listening before the lock leaves the client.
-            None if cohort.passing() => {
-                let until = Instant::now() + SIBLING_GRACE;
-                loop {
-                    std::thread::yield_now();
-                    if let Some(taker) = ctx
-                        .gates
-                        .passable(&hold.lock_key, hold.protocol.kind().name)
-                    {
-                        break taker;
-                    }
-                    if Instant::now() >= until {
-                        return None;
-                    }
-                }
-            }
-            None => return None,
-        };
-        // A renewed lease goes on as it is; a fixed one is set anew in Redis for the new holder.
-        let renewed = hold.fixed_lease.is_none() && !taker.fixed;
-        let without_round_trip = cohort
-            .pass_from_block()
-            .filter(|_| renewed && hold.lease.expires_at() > Instant::now());
-        let passed = match without_round_trip {
-            Some((fencing_token, cohort)) => (fencing_token, hold.lease.expires_at(), cohort),
-            None => match self.pass_through_redis(cohort, taker.lease)? {
-                Ok(passed) => passed,
-                Err(e) => return Some(Err(e)),
-            },
-        };
-        let (fencing_token, expires_at, cohort) = passed;
-        let (weak, kept) = (Arc::downgrade(ctx), Arc::clone(hold));
-        let passed = Passed::new(
-            (Arc::clone(&hold.token), fencing_token),
-            (expires_at, cohort),
-            Box::new(move || {
-                if let Some(ctx) = weak.upgrade() {
-                    give_back(&ctx, &kept);
-                }
-            }),
-        );
-        // A waiter that left meanwhile: the lock passed to nobody is released in Redis.
-        if let Err(unwanted) = ctx.gates.pass_on(&hold.lock_key, passed) {
-            drop(unwanted);
-        }
-        Some(Ok(()))
-    }
-
-    /// The pass that asks Redis: the new holder's fencing token, lease end and run; `None`
-    /// when the lock is to be released instead (the call failed: the lock still holds the
-    /// token, which the release removes).
-    fn pass_through_redis(
-        &self,
-        cohort: Cohort,
-        lease: Duration,
-    ) -> Option<Result<(u64, Instant, Cohort)>> {
-        let (ctx, hold) = (&self.ctx, &self.hold);
-        let call = hold
-            .hand_off?
-            .pass_on(&hold.keys, &hold.token, COHORT_PASSES, lease);
-        let sent_at = Instant::now();
-        let doing = self.doing("passing on");
-        let reply = ctx.call_once(&hold.lock_key, doing, |c| {
-            // The pass hands out fencing tokens: it asks the replicas an acquire asks, not the
-            // fewer a renewal may (in a planned failover, the replica being promoted has left
-            // the master while another still acknowledges it).
-            match ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {
-                Some((replicas, timeout)) => {
-                    let (reply, got): (Vec<i64>, i64) =
-                        call.invoke_and_wait(c, replicas, timeout)?;
-                    Ok((reply, Some((got, replicas))))
-                }
-                None => Ok((call.invoke::<Vec<i64>>(c)?, None)),
-            }
-        });
-        let (last, others) = match reply {
-            Ok((reply, acks)) => match (reply.as_slice(), acks) {
-                // Too few replicas hold the new lease: released instead, as it stands.
-                ([1, _, _], Some(acks)) if ctx.too_few_acks(acks) => {
-                    let _ = ctx.not_replicated(&hold.lock_key, acks, "the pass");
-                    return None;
-                }
-                ([1, last, others], _) => (*last, *others),
-                _ => return Some(Err(self.lost(LostReason::Taken))),
-            },
-            Err(e) => {
-                log::debug!("redmutex: passing lock {:?} on failed: {e}", hold.name);
-                return None;
-            }
-        };
-        let last = u64::try_from(last).unwrap_or(0);
-        let first = last.saturating_sub(u64::from(COHORT_PASSES) - 1);
-        let others = u64::try_from(others).unwrap_or(0);
-        Some(Ok((
-            first,
-            sent_at + ctx.counted(lease),
-            cohort.passed(others, (first, last)),
-        )))
+        self.hold.hand_off?.pass_on(&self.ctx, &self.hold)
     }
 
     /// The release. After a dropped connection it is sent once more (it is idempotent);
@@ -540,9 +422,18 @@ enum Reply {
     Later,
 }
 
-/// How long a holder whose client's threads have been passing the lock among themselves waits
-/// for the next of them to listen, before it releases the lock to other clients.
-const SIBLING_GRACE: Duration = Duration::from_micros(50);
+/// Marks the lease of `hold` lost (once: the lease-lost event, `Stats::lost`) and makes the
+/// error that says so.
+pub(crate) fn lost(ctx: &LockContext, hold: &Hold, reason: LostReason) -> Error {
+    if hold.lease.mark_lost(reason.clone()) {
+        ctx.counters
+            .lease_lost(&hold.name, hold.protocol.kind().name);
+    }
+    Error::new(
+        ErrorKind::LockLost,
+        format!("lock {:?}: {}", hold.name, reason.describe()),
+    )
+}
 
 /// The release of `hold` without a value: for a hold that may have been passed on within
 /// its client, the one that also sets the client's place among the waiting right, unless the
@@ -562,7 +453,7 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
 /// Releases in Redis the lock that `hold`'s release passed on when nobody takes it (its
 /// waiter left); the renewal thread finishes a release that did not get an answer.
 #[cold]
-fn give_back(ctx: &LockContext, hold: &Hold) {
+pub(crate) fn give_back(ctx: &LockContext, hold: &Hold) {
     let place = ctx.gates.hold_ends(&hold.lock_key, false);
     let call = release_call_of(ctx, hold, place);
     let doing = Doing::lock("releasing", &hold.name);

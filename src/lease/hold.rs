@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::connection::ScriptCall;
 use crate::error::Doing;
+use crate::error::Result;
 use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
+use crate::lease::context::LockContext;
 use crate::lease::lessor::{HoldCall, Site};
-use crate::lease::protocol::{HandOff, Protocol};
+use crate::lease::protocol::Protocol;
 use crate::lease::reentrancy::{Held, HoldTable};
 use crate::lease::state::{LeaseState, LostReason};
 use crate::waiting::Cohort;
@@ -85,4 +87,27 @@ impl fmt::Debug for Hold {
             .field("fencing_token", &self.fencing_token)
             .finish_non_exhaustive()
     }
+}
+
+/// What a kind brings whose holds one thread may pass to another thread of the same client
+/// without releasing them in Redis (a `Mutex`'s lock cohorting): the two calls the passing
+/// makes. Given to the lock apart from its protocol (`RawLock::with_hand_off`).
+pub(crate) trait HandOff: Send + Sync + 'static {
+    /// Passes the lock `hold` holds to the leading waiter among its client's threads instead
+    /// of releasing it, when the kind's bounds let it and a waiter listens: `Some(Ok)` when
+    /// passed, `Some(Err)` when the pass found the lease lost, `None` to release in Redis
+    /// instead. Called by the release of a hold that may pass (a live lease, no value to
+    /// write, no panic).
+    fn pass_on(&self, ctx: &Arc<LockContext>, hold: &Arc<Hold>) -> Option<Result<()>>;
+
+    /// The release of a hold that may have been passed on within its client: also sets the
+    /// client's place among the lock's waiting clients right (`others_wait`: more of its
+    /// threads wait; a place is kept `place_kept`).
+    fn release_held(
+        &self,
+        keys: &LockKeys,
+        hold: (&str, u64),
+        others_wait: bool,
+        place_kept: Duration,
+    ) -> ScriptCall;
 }

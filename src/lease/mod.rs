@@ -22,13 +22,15 @@ mod single;
 mod state;
 
 pub(crate) use context::{Handle, LockContext};
-pub(crate) use guard::LeaseGuard;
+pub(crate) use guard::{give_back, lost, LeaseGuard};
+pub(crate) use hold::{HandOff, Hold};
 pub(crate) use lessor::Lessor;
 pub use poison::PoisonInfo;
-pub(crate) use protocol::{AcquireCall, HandOff, Kind, PlainTake, Protocol, HAND_OFF_CLAIM};
+pub(crate) use protocol::{AcquireCall, Kind, PlainTake, Protocol, HAND_OFF_CLAIM};
 #[cfg(test)]
 pub(crate) use quorum::scripts as quorum_scripts;
 pub(crate) use quorum::Quorum;
 pub(crate) use raw_lock::RawLock;
 pub(crate) use replication::LeaseWrite;
 pub use state::LeaseWatch;
+pub(crate) use state::LostReason;

@@ -106,27 +106,6 @@ impl AcquireCall<'_> {
     }
 }
 
-/// What a kind brings whose holds one thread may pass to another thread of the same client
-/// without releasing them in Redis (a `Mutex`'s lock cohorting): the two calls the passing
-/// makes. Given to the lock apart from its protocol (`RawLock::with_hand_off`).
-pub(crate) trait HandOff: Send + Sync + 'static {
-    /// Passes a held lock (`token`) to another thread of the same client in one call, holding
-    /// it on for `lease` and reserving `reserve` fencing tokens for the run of passes within
-    /// the client (see `mutex/pass_on.lua` for the reply).
-    fn pass_on(&self, keys: &LockKeys, token: &str, reserve: u32, lease: Duration) -> ScriptCall;
-
-    /// The release of a hold that may have been passed on within its client: also sets the
-    /// client's place among the lock's waiting clients right (`others_wait`: more of its
-    /// threads wait; a place is kept `place_kept`).
-    fn release_held(
-        &self,
-        keys: &LockKeys,
-        hold: (&str, u64),
-        others_wait: bool,
-        place_kept: Duration,
-    ) -> ScriptCall;
-}
-
 /// A kind of lock, as the shared machinery sees it. Implementations are stateless `static`s.
 pub(crate) trait Protocol: Send + Sync + 'static {
     /// What the kind is called, and how its waiters wait.

@@ -2,16 +2,16 @@
 //! token, and releases announced on the lock's channel to whoever waits.
 
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
 use redis::Script;
 
-use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE, ERRORS};
-use crate::lease::{AcquireCall, HandOff, Kind, LockContext, PlainTake, Protocol, RawLock};
+use crate::lease::scripts::{compose, with_fence, ANNOUNCE};
+use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::lock::{Lock, Plain};
+
+mod hand_off;
 
 /// A lock that excludes every thread of every process using the same Redis and name.
 ///
@@ -187,10 +187,6 @@ static ACQUIRE: LazyLock<Script> =
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release.lua")]));
 
-/// Passes the lock to another thread of the client: see `mutex/pass_on.lua`.
-static PASS_ON: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ERRORS, include_str!("mutex/pass_on.lua")]));
-
 /// The release of a guard's own hold, which sets the client's place among the waiting right:
 /// see `mutex/release_held.lua`.
 static RELEASE_HELD: LazyLock<Script> =
@@ -268,37 +264,6 @@ impl Protocol for MutexProtocol {
     }
 }
 
-/// Threads of one client pass the lock among themselves (lock cohorting).
-impl HandOff for MutexProtocol {
-    fn pass_on(&self, keys: &LockKeys, token: &str, reserve: u32, lease: Duration) -> ScriptCall {
-        ScriptCall::new(&PASS_ON)
-            .key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.waiting)
-            .arg(token)
-            .arg(reserve)
-            .arg(millis(lease))
-    }
-
-    fn release_held(
-        &self,
-        keys: &LockKeys,
-        (token, fencing_token): (&str, u64),
-        others_wait: bool,
-        place_kept: Duration,
-    ) -> ScriptCall {
-        ScriptCall::new(&RELEASE_HELD)
-            .key(&keys.lock)
-            .key(&keys.waiting)
-            .key(&keys.fence)
-            .arg(token)
-            .arg(&*keys.channel)
-            .arg(fencing_token)
-            .arg(if others_wait { "more" } else { "" })
-            .arg(millis(place_kept))
-    }
-}
-
 /// The scripts of this protocol, for the test that loads every script into Redis.
 #[cfg(test)]
 pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
@@ -307,7 +272,7 @@ pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
         ("mutex/release", &*RELEASE),
         ("mutex/force_release", &*FORCE_RELEASE),
         ("mutex/withdraw", &*WITHDRAW),
-        ("mutex/pass_on", &*PASS_ON),
+        ("mutex/pass_on", &*hand_off::PASS_ON),
         ("mutex/release_held", &*RELEASE_HELD),
     ]
 }
