@@ -47,6 +47,9 @@ pub(crate) struct Quorum {
     pub(crate) quorum: usize,
     /// `None`: the lease / 20, at most 50 ms.
     pub(crate) instance_timeout: Option<Duration>,
+    /// The default lease of the instances' clients (for the default per-instance timeout of
+    /// a release).
+    pub(crate) lease: Duration,
 }
 
 /// How many of `n` instances must hold a lock of which `capacity` units exist (see
@@ -170,10 +173,14 @@ impl Quorum {
             });
         }
         let quorum = instances.len() / 2 + 1;
+        let lease = instances
+            .first()
+            .map_or(Duration::from_secs(30), |i| i.ctx.config.default_lease);
         Ok(Quorum {
             instances,
             quorum,
             instance_timeout: None,
+            lease,
         })
     }
 
@@ -213,14 +220,19 @@ impl Quorum {
 
     /// `call` on every instance, each answer read within the response timeout.
     fn round(&self, route: &str, call: &ScriptCall, doing: Doing<'_>) -> Vec<Reply> {
+        self.round_within(route, call, doing, self.response_timeout())
+    }
+
+    /// `call` on every instance, each answer read within `timeout`.
+    fn round_within(
+        &self,
+        route: &str,
+        call: &ScriptCall,
+        doing: Doing<'_>,
+        timeout: Duration,
+    ) -> Vec<Reply> {
         let calls: Vec<Option<&ScriptCall>> = self.instances.iter().map(|_| Some(call)).collect();
-        fan_out(
-            &self.instances,
-            route,
-            &calls,
-            self.response_timeout(),
-            doing,
-        )
+        fan_out(&self.instances, route, &calls, timeout, doing)
     }
 
     /// Splits the replies of a round into values and failures.
@@ -449,7 +461,10 @@ impl Lessor for Quorum {
     fn release(&self, c: HoldCall<'_>) -> Result<bool> {
         let (site, call, doing) = (c.site, c.call, c.doing);
         let needed = self.needed(site.capacity);
-        let replies = self.round(site.route, call, doing);
+        // Bounded by the per-instance timeout, as an acquire is: a paused instance costs an
+        // `unlock` that timeout, not the response timeout.
+        let timeout = self.instance_timeout(self.lease);
+        let replies = self.round_within(site.route, call, doing, timeout);
         let n = self.instances.len();
         let (mut released, mut not_ours, mut error) = (0, 0, None);
         for reply in replies.into_iter().flatten() {
