@@ -526,8 +526,28 @@ impl RenewalThread {
 
     /// Renews the leases of `batch` (the lessor sends them in as few round trips as it can)
     /// and tells each what became of it.
+    ///
+    /// A lease lost already is not renewed (lost is final): it is told, once, and left to
+    /// run out, so that no copy of it lingers where it could still be renewed (a quorum's
+    /// minority that the holder still reaches).
     fn renew_batch(&self, batch: &[(u64, Registration)]) {
         let s = &*self.shared;
+        let batch: Vec<&(u64, Registration)> = batch
+            .iter()
+            .filter(|(id, r)| match r {
+                Registration::Lease { state, .. } => match state.lost_reason() {
+                    Some(reason) => {
+                        self.report_loss(*id, r, reason);
+                        false
+                    }
+                    None => true,
+                },
+                Registration::Waiter { .. } => false,
+            })
+            .collect();
+        if batch.is_empty() {
+            return;
+        }
         let invocations: Vec<_> = batch
             .iter()
             .filter_map(|(_, r)| match r {
@@ -555,7 +575,7 @@ impl RenewalThread {
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
         let mut retry: Vec<u64> = Vec::new();
-        for ((id, r), outcome) in batch.iter().zip(outcomes) {
+        for ((id, r), outcome) in batch.into_iter().zip(outcomes) {
             let Registration::Lease { state, .. } = r else {
                 continue;
             };
