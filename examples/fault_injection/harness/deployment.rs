@@ -449,9 +449,10 @@ impl LockDeployment {
                     if Instant::now() > deadline {
                         return Err(format!(
                             "no failover away from {from}; asked {} times: {replies:?}\n\
-                             the asked sentinel's log ends:\n{}",
+                             the asked sentinel's log ends:\n{}\n{}",
                             replies.len(),
-                            self.sentinels[0].log_tail(40)
+                            self.sentinels[0].log_tail(40),
+                            self.replication_report(),
                         )
                         .into());
                     }
@@ -462,6 +463,32 @@ impl LockDeployment {
                 Ok(format!("failed over from {from} to {to}"))
             }
         }
+    }
+
+    /// What every data node says of its replication and what the asked sentinel says of
+    /// the replicas, for the error of a failover that never came.
+    fn replication_report(&self) -> String {
+        let mut report = String::new();
+        for node in &self.nodes {
+            let info: Option<String> = node
+                .connection(Duration::from_secs(2))
+                .ok()
+                .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c).ok());
+            let info = info.map_or_else(|| "no answer".to_owned(), |i| i.replace("\r\n", " "));
+            report.push_str(&format!("{}: {info}\n", node.addr()));
+        }
+        let replicas: Option<Vec<HashMap<String, String>>> = self.sentinels[0]
+            .connection(Duration::from_secs(2))
+            .ok()
+            .and_then(|mut c| {
+                redis::cmd("SENTINEL")
+                    .arg("REPLICAS")
+                    .arg(MASTER_NAME)
+                    .query(&mut c)
+                    .ok()
+            });
+        report.push_str(&format!("the asked sentinel's replicas: {replicas:?}"));
+        report
     }
 
     /// Asks the sentinels to fail the master over.
