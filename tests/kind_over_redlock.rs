@@ -10,13 +10,9 @@ use std::time::Duration;
 
 use redmutex::events::{Acquired, EventHandler, Released, Renewed, Waiting};
 use redmutex::{Client, ErrorKind, Redlock};
-use support::{eventually, within, RedisServer};
+use support::{eventually, servers, within, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn servers(n: usize) -> Vec<RedisServer> {
-    (0..n).map(|_| RedisServer::start()).collect()
-}
 
 fn client(server: &RedisServer) -> Client {
     Client::builder()

@@ -120,6 +120,11 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// `n` standalone servers, each on its own free port (a Redlock's instances).
+pub fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
 impl RedisServer {
     /// Starts a server with no persistence on a free port.
     pub fn start() -> RedisServer {
