@@ -9,24 +9,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use redmutex::events::{Acquired, EventHandler, Released, Renewed, Waiting};
-use redmutex::{Client, ErrorKind, Redlock};
-use support::{eventually, servers, within, RedisServer};
+use redmutex::{ErrorKind, Redlock};
+use support::{eventually, redlock_over as redlock, servers, within, RedisServer};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn client(server: &RedisServer) -> Client {
-    Client::builder()
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .default_lease(Duration::from_secs(2))
-        .renewal_interval(Duration::from_millis(300))
-        .open(server.url())
-        .unwrap()
-}
-
-fn redlock(servers: &[RedisServer]) -> Redlock {
-    Redlock::new(servers.iter().map(client)).unwrap()
-}
 
 fn exists(server: &RedisServer, pattern: &str) -> bool {
     let keys: Vec<String> = redis::cmd("KEYS")

@@ -10,24 +10,11 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use redmutex::{Client, ErrorKind, Redlock};
-use support::{eventually, servers, within, RedisServer};
+use support::{
+    eventually, redlock_client as client, redlock_over as redlock, servers, within, RedisServer,
+};
 
 const LIMIT: Duration = Duration::from_secs(60);
-
-fn client(server: &RedisServer) -> Client {
-    Client::builder()
-        .connect_timeout(Duration::from_millis(500))
-        .response_timeout(Duration::from_millis(500))
-        .default_lease(Duration::from_secs(2))
-        .renewal_interval(Duration::from_millis(300))
-        .outage_patience(Duration::from_secs(2))
-        .open(server.url())
-        .unwrap()
-}
-
-fn redlock(servers: &[RedisServer]) -> Redlock {
-    Redlock::new(servers.iter().map(client)).unwrap()
-}
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
     redis::cmd("GET")

@@ -125,6 +125,25 @@ pub fn servers(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
+/// A client for a Redlock instance that fails fast (connect and response timeouts of 500 ms)
+/// and holds short leases (2 s, renewed every 300 ms; an outage ridden for 2 s), so that a
+/// test sees instances killed and restarted within seconds.
+pub fn redlock_client(server: &RedisServer) -> redmutex::Client {
+    redmutex::Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .outage_patience(Duration::from_secs(2))
+        .open(server.url())
+        .unwrap()
+}
+
+/// A Redlock over `servers`, with [`redlock_client`]s.
+pub fn redlock_over(servers: &[RedisServer]) -> redmutex::Redlock {
+    redmutex::Redlock::new(servers.iter().map(redlock_client)).unwrap()
+}
+
 impl RedisServer {
     /// Starts a server with no persistence on a free port.
     pub fn start() -> RedisServer {
