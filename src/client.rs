@@ -188,11 +188,7 @@ impl Client {
     where
         T: Serialize + DeserializeOwned + Default + 'static,
     {
-        Shared::new(
-            Arc::clone(&self.shared),
-            name.as_ref(),
-            Some(Arc::new(T::default)),
-        )
+        Shared::defaulting(Arc::clone(&self.shared), name.as_ref())
     }
 
     /// A handle to the value called `name`, as [`shared`](Client::shared) gives, whose
@@ -213,11 +209,7 @@ impl Client {
     where
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
     {
-        Shared::new(
-            Arc::clone(&self.shared),
-            name.as_ref(),
-            Some(Arc::new(move || initial.clone())),
-        )
+        Shared::starting_as(Arc::clone(&self.shared), name.as_ref(), initial)
     }
 
     /// A handle to the value called `name`, as [`shared`](Client::shared) gives, for which a
@@ -246,8 +238,8 @@ impl Client {
 
     /// The names of the locks (of every kind) that hold keys in Redis now and match
     /// `pattern`, a glob over names (`*`, `?`, `[…]`), sorted. Reads with `SCAN` on every
-    /// server, never `KEYS`; a name whose only key left is its fencing counter (used before,
-    /// free now) is not listed.
+    /// server, never `KEYS`; a name whose only keys left are its fencing counter and a removed
+    /// value's version (used before, free now) is not listed.
     ///
     /// # Errors
     ///

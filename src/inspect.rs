@@ -117,7 +117,7 @@ pub(crate) fn lock_names(
                     })?;
                 for key in keys {
                     if let Some((name, suffix)) = split_key(&key, &space, suffixes) {
-                        let live = suffix != ":fence";
+                        let live = !suffix::LEFT_BEHIND.contains(&suffix);
                         *names.entry(name).or_default() |= live;
                     }
                 }

@@ -29,8 +29,10 @@ pub(crate) mod suffix {
     /// An `RwLock`'s readers, and the writer whose turn is next.
     pub(crate) const READERS: &str = ":readers";
     pub(crate) const WRITER_WAITING: &str = ":writer-waiting";
-    /// A `Shared<T>`'s value.
+    /// A `Shared<T>`'s value, and the fencing token of the holder that wrote it (so that a
+    /// Redlock's quorum reads the newest copy; kept when the value is removed).
     pub(crate) const VALUE: &str = ":value";
+    pub(crate) const VALUE_FENCE: &str = ":value-fence";
     /// A semaphore's permits, holders, permits held per holder, and a fair one's waiters'
     /// wants (under the semaphore's own space, `P:semaphore:{N}`).
     pub(crate) const PERMITS: &str = ":permits";
@@ -39,18 +41,23 @@ pub(crate) mod suffix {
     pub(crate) const WANTS: &str = ":wants";
 
     /// Every key under `P:{N}`: the suffixes, and the lock key itself (`""`) last.
-    pub(crate) const OF_LOCKS: [&str; 10] = [
+    pub(crate) const OF_LOCKS: [&str; 11] = [
         WRITER_WAITING,
         TIMEOUTS,
         READERS,
         WAITING,
         POISON,
         QUEUE,
+        VALUE_FENCE,
         VALUE,
         FENCE,
         WANTS,
         "",
     ];
+
+    /// The keys that stay when a lock is free and its value removed: they alone do not make a
+    /// name one in use.
+    pub(crate) const LEFT_BEHIND: [&str; 2] = [FENCE, VALUE_FENCE];
 
     /// Every key under `P:semaphore:{N}`.
     pub(crate) const OF_SEMAPHORES: [&str; 8] =

@@ -1,6 +1,7 @@
-//! The other kinds over a Redlock of three `redis-server`s that the tests start and kill: an
-//! `RwLock`, a `Semaphore` and a `MultiLock` whose holds live on a quorum, with the guards,
-//! re-entry, waiting, renewal, poison records, events and `Stats` of a client's.
+//! The other kinds over a Redlock of three `redis-server`s that the tests start, pause and
+//! kill: an `RwLock`, a `Semaphore`, a `MultiLock` and a `Shared<T>` whose holds live on a
+//! quorum, with the guards, re-entry, waiting, renewal, poison records, events and `Stats` of
+//! a client's, and a shared value whose newest copy is read when an instance missed a write.
 
 mod support;
 
@@ -130,9 +131,37 @@ fn a_redlock_semaphore_lets_in_as_many_holders_as_it_has_permits() {
     let mut s = s;
     let redlock = redlock(&s);
     let slots = redlock.semaphore("exports", 2);
+    assert_eq!(slots.available().unwrap(), 2);
     let both = slots.acquire_many(2).unwrap();
     assert!(slots.try_acquire().unwrap().is_none(), "a third permit");
+    assert_eq!(slots.available().unwrap(), 0);
+    // The count is fixed over a Redlock: a permit's quorum depends on it.
+    let err = slots.set_permits(3).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     drop(both);
+    // A permit taken on one instance by hand: every permit still needs all three.
+    let in_an_hour = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000;
+    redis::cmd("ZADD")
+        .arg("redmutex:semaphore:{exports}:holders")
+        .arg(in_an_hour as u64)
+        .arg("by-hand")
+        .query::<i64>(&mut s[0].conn())
+        .unwrap();
+    redis::cmd("HSET")
+        .arg("redmutex:semaphore:{exports}:held")
+        .arg("by-hand")
+        .arg(1)
+        .query::<i64>(&mut s[0].conn())
+        .unwrap();
+    assert_eq!(
+        slots.available().unwrap(),
+        1,
+        "counted beside a full instance"
+    );
     assert!(slots.try_acquire().unwrap().is_some());
     // Two permits over three instances need all three: with one down, no permit is given.
     s[2].kill();
@@ -315,4 +344,123 @@ fn a_redlock_tells_the_events_and_counts_the_stats_of_a_client() {
         "{stats:?}"
     );
     assert_eq!(stats.renewed_leases, 0, "{stats:?}");
+}
+
+/// A `Shared<u64>` over a Redlock of `servers`.
+fn counter(servers: &[RedisServer], name: &str) -> redmutex::Shared<u64> {
+    redlock(servers).shared::<u64>(name)
+}
+
+#[test]
+fn a_redlock_shared_value_comes_with_the_lock_and_goes_with_the_release() {
+    let s = servers(3);
+    let (a, b) = (counter(&s, "stock"), counter(&s, "stock"));
+    {
+        let mut left = a.lock().unwrap();
+        assert_eq!(*left, 0, "a missing value starts as the default");
+        *left = 5;
+    }
+    assert_eq!(b.get().unwrap(), 5);
+    let mut left = b.lock().unwrap();
+    assert_eq!(*left, 5);
+    assert!(
+        a.try_lock_for(Duration::from_millis(300))
+            .unwrap()
+            .is_none(),
+        "two holders of one value"
+    );
+    *left -= 1;
+    left.commit().unwrap();
+    assert_eq!(a.get().unwrap(), 4, "a commit is read at once");
+    *left -= 1;
+    left.unlock().unwrap();
+    assert_eq!(*a.lock().unwrap(), 3);
+    let written = s
+        .iter()
+        .filter(|s| exists(s, "redmutex:{stock}:value-fence"))
+        .count();
+    assert!(written >= 2, "the write reached {written} of 3 instances");
+}
+
+#[test]
+fn redlock_updates_from_many_threads_add_up_exactly() {
+    let s = servers(3);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let value = counter(&s, "visits");
+            std::thread::spawn(move || {
+                for _ in 0..25 {
+                    value.update(|n| *n += 1).unwrap();
+                }
+            })
+        })
+        .collect();
+    within(LIMIT, move || {
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+    assert_eq!(counter(&s, "visits").get().unwrap(), 100);
+}
+
+/// Writes `value` (through `write`) while `stale` is paused, so that only the other instances
+/// take it; then resumes it and kills instance `dead`, so that the next reader's quorum is
+/// the stale instance and one that took the write.
+fn write_missing_one(s: &mut [RedisServer], (stale, dead): (usize, usize), write: impl FnOnce()) {
+    s[stale].pause();
+    write();
+    s[stale].resume();
+    s[dead].kill();
+}
+
+#[test]
+fn a_redlock_reader_takes_the_newest_copy_when_an_instance_missed_a_write() {
+    let mut s = servers(3);
+    let value = counter(&s, "ledger");
+    *value.lock().unwrap() = 1;
+    // Instance 1 keeps 1; 0 and 2 take 2. Then 0 dies: the reader sees 1 (stale) and 2.
+    write_missing_one(&mut s, (1, 0), || {
+        let mut v = value.lock().unwrap();
+        *v = 2;
+        v.unlock().unwrap();
+    });
+    let reader = counter(&s, "ledger");
+    assert_eq!(reader.get().unwrap(), 2, "get read a stale copy");
+    // The stale instance still has the writer's lock until its lease ends; then the reader
+    // takes instances 1 and 2.
+    assert_eq!(*reader.lock().unwrap(), 2, "lock read a stale copy");
+}
+
+#[test]
+fn a_holders_later_write_wins_over_its_commit_on_a_redlock() {
+    let mut s = servers(3);
+    let value = counter(&s, "ledger");
+    let mut v = value.lock().unwrap();
+    *v = 1;
+    v.commit().unwrap();
+    // The commit (1) is everywhere; the release (2) misses instance 1.
+    write_missing_one(&mut s, (1, 0), move || {
+        *v = 2;
+        v.unlock().unwrap();
+    });
+    assert_eq!(*counter(&s, "ledger").lock().unwrap(), 2);
+}
+
+#[test]
+fn a_value_removed_on_a_redlock_is_not_brought_back_by_a_stale_instance() {
+    let mut s = servers(3);
+    let value = counter(&s, "session");
+    *value.lock().unwrap() = 7;
+    write_missing_one(&mut s, (1, 0), || value.lock().unwrap().remove().unwrap());
+    let reader = redlock(&s).shared_existing::<u64>("session");
+    assert_eq!(
+        reader.get().map_err(|e| e.kind()),
+        Err(ErrorKind::NoValue),
+        "get brought the removed value back"
+    );
+    assert_eq!(
+        reader.lock().map(|v| *v).map_err(|e| e.kind()),
+        Err(ErrorKind::NoValue),
+        "lock brought the removed value back"
+    );
 }

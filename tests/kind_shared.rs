@@ -255,10 +255,10 @@ fn the_value_is_written_only_when_it_changed() {
         g.entries += 0;
     }
     assert_eq!(server.command_calls("set") - before, 1);
-    // Changed: written with the release.
+    // Changed: written with the release, with its version (the writer's fencing token).
     let before = server.command_calls("set");
     value.lock().unwrap().entries = 4;
-    assert_eq!(server.command_calls("set") - before, 2);
+    assert_eq!(server.command_calls("set") - before, 3);
     assert_eq!(value.lock().unwrap().entries, 4);
 }
 
@@ -301,6 +301,9 @@ fn a_missing_value_is_the_default_the_initial_value_or_an_error() {
     // Removed with the release: gone, and the lock free.
     c.shared::<u64>("fresh").lock().unwrap().remove().unwrap();
     assert_eq!(raw_get(&server, "redmutex:{fresh}:value"), None);
+    // What stays (the fencing counter, the removal's version) does not make a name in use.
+    assert!(raw_get(&server, "redmutex:{fresh}:value-fence").is_some());
+    assert_eq!(c.lock_names("fresh").unwrap(), Vec::<String>::new());
     let err = c.shared_existing::<u64>("fresh").lock().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NoValue, "{err}");
 }

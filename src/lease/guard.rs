@@ -32,7 +32,7 @@ pub struct LeaseGuard {
     payload: Option<Vec<u8>>,
     /// A release that writes bytes under the lock (a shared value): the kind's call that
     /// does, and the bytes. `None`: the protocol's plain release.
-    written: Option<(ReleaseWith, Vec<u8>)>,
+    written: Option<ReleaseWith>,
     /// Set at the release of a hold that may be passed on: what the release does with the
     /// client's place among the lock's waiting clients.
     place: std::cell::Cell<Place>,
@@ -332,7 +332,7 @@ impl LeaseGuard {
 
     fn release_call(&self) -> ScriptCall {
         match &self.written {
-            Some((with, bytes)) => with(&self.hold.keys, &self.hold.token, bytes),
+            Some(with) => with(&self.hold.keys, &self.hold.token),
             None => release_call_of(&self.ctx, &self.hold, self.place.get()),
         }
     }
@@ -370,11 +370,10 @@ impl LeaseGuard {
         self.payload.take()
     }
 
-    /// Has the release write `bytes` with the kind's call `with` (which releases and
-    /// writes, fenced by the holder's token); `None`: a plain release. A panicking thread's
-    /// release never writes.
-    pub(crate) fn set_release_value(&mut self, with: ReleaseWith, bytes: Option<Vec<u8>>) {
-        self.written = bytes.map(|bytes| (with, bytes));
+    /// Has the release be the kind's call `with` (which releases and writes, fenced by the
+    /// holder's token); `None`: a plain release. A panicking thread's release never writes.
+    pub(crate) fn set_release_value(&mut self, with: Option<ReleaseWith>) {
+        self.written = with;
     }
 
     /// Runs a script call of the protocol that acts only while the lock holds this guard's
@@ -408,10 +407,10 @@ impl LeaseGuard {
     }
 }
 
-/// A kind's release that also writes bytes under the lock (a shared value): the call for a
-/// lock's keys, the holder's token and the bytes. Reply as a release's: 1 when released, 0
-/// when the lock did not hold the token (then nothing is written).
-pub(crate) type ReleaseWith = fn(&LockKeys, &str, &[u8]) -> ScriptCall;
+/// A kind's release that also writes under the lock (a shared value): the call for a lock's
+/// keys and the holder's token. Reply as a release's: 1 when released, 0 when the lock did
+/// not hold the token (then nothing is written).
+pub(crate) type ReleaseWith = Box<dyn Fn(&LockKeys, &str) -> ScriptCall>;
 
 /// Whether a release waits for Redis's reply.
 #[derive(Clone, Copy)]

@@ -103,6 +103,10 @@ pub(crate) trait Lessor: Send + Sync + 'static {
     /// longer holds): the remaining lease, or `None` when lost.
     fn remaining(&self, c: HoldCall<'_>) -> Result<Option<Duration>>;
 
+    /// A call that replies a count of free units (a semaphore's free permits): for a quorum,
+    /// the count that as many instances as a hold needs all have.
+    fn count(&self, c: HoldCall<'_>) -> Result<u64>;
+
     /// A call that changes a hold's lease (replying as [`remaining`](Self::remaining)), sent
     /// at `sent_at`: when the new lease surely still runs, or `None` when lost.
     fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>>;
@@ -117,6 +121,17 @@ pub(crate) trait Lessor: Send + Sync + 'static {
 
     /// A string key of the lock (a poison record): its value, if any.
     fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>>;
+
+    /// A value kept under the lock (a shared value's bytes at `keys.0`), read without the
+    /// lock: a quorum's newest copy by the version at `keys.1` (see `reply.rs`), read from a
+    /// quorum.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    fn read_value(
+        &self,
+        lock_key: &str,
+        keys: (&str, &str),
+        doing: Doing<'_>,
+    ) -> Result<Option<Vec<u8>>>;
 
     /// Deletes a key of the lock: whether it existed.
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool>;

@@ -22,6 +22,8 @@ mod single;
 mod state;
 
 pub(crate) use context::{Handle, LockContext};
+#[cfg(feature = "serde")]
+pub(crate) use guard::ReleaseWith;
 pub(crate) use guard::{give_back, lost, LeaseGuard};
 pub(crate) use hold::{HandOff, Hold};
 pub(crate) use lessor::Lessor;

@@ -17,7 +17,7 @@ use crate::keys::LockKeys;
 use crate::lease::cleanup::CleanUpLater;
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing};
-use crate::lease::reply::AcquireReply;
+use crate::lease::reply::{self, AcquireReply};
 use crate::waiting::Release;
 use instances::{fan_out, too_few_answered, unexpected, Reply};
 
@@ -61,8 +61,8 @@ fn needed_of(n: usize, capacity: u32) -> usize {
 
 /// What an instance said to an acquire.
 enum Took {
-    /// Taken, with its fencing counter and the bytes that came with the lock.
-    Yes(u64, Option<Vec<u8>>),
+    /// Taken, with its fencing counter, the bytes that came with the lock and their version.
+    Yes(u64, Option<Vec<u8>>, (u64, u64)),
     /// Held by another: how long, in milliseconds.
     No(i64),
     Failed(Error),
@@ -77,20 +77,29 @@ impl Took {
             })
         });
         match parsed {
-            Some(Ok(r)) if r.taken == 1 => {
-                Took::Yes(u64::try_from(r.value).unwrap_or(0), r.payload)
-            }
+            Some(Ok(r)) if r.taken == 1 => Took::Yes(
+                u64::try_from(r.value).unwrap_or(0),
+                r.payload,
+                r.payload_version,
+            ),
             Some(Ok(r)) => Took::No(r.value),
             Some(Err(e)) => Took::Failed(e),
             None => Took::Failed(Error::new(ErrorKind::Server, "not sent")),
         }
     }
 
-    fn into_payload(self) -> Option<Vec<u8>> {
-        match self {
-            Took::Yes(_, payload) => payload,
-            _ => None,
-        }
+    /// The bytes of the newest version among the instances that granted the lock (its
+    /// writer's fencing token the largest): a quorum holds the last write, which only a
+    /// holder of a quorum makes, on at least one of them. A removal is a version with no
+    /// bytes.
+    fn newest_payload(took: Vec<Took>) -> Option<Vec<u8>> {
+        took.into_iter()
+            .filter_map(|t| match t {
+                Took::Yes(_, payload, version) => Some((version, payload)),
+                _ => None,
+            })
+            .max_by_key(|(version, _)| *version)
+            .and_then(|(_, payload)| payload)
     }
 
     fn error(&self) -> Option<Error> {
@@ -269,6 +278,19 @@ impl Quorum {
         replies: Vec<Reply>,
         doing: Doing<'_>,
     ) -> Result<Option<Duration>> {
+        Ok(self
+            .needed_th(needed, replies, doing)?
+            .map(Duration::from_millis))
+    }
+
+    /// From replies that are counts (negative: none): the `needed`-th largest, `None` when
+    /// fewer than `needed` are non-negative; an error when too few answered to tell.
+    fn needed_th(
+        &self,
+        needed: usize,
+        replies: Vec<Reply>,
+        doing: Doing<'_>,
+    ) -> Result<Option<u64>> {
         let answers = Self::answers(replies, doing);
         let mut held: Vec<u64> = answers
             .ints()
@@ -276,7 +298,7 @@ impl Quorum {
             .collect();
         if held.len() >= needed {
             held.sort_unstable_by(|a, b| b.cmp(a));
-            return Ok(Some(Duration::from_millis(held[needed - 1])));
+            return Ok(Some(held[needed - 1]));
         }
         let failed = &answers.failed;
         if let Some(first) = failed
@@ -304,7 +326,7 @@ impl Quorum {
         let fences: Vec<Option<u64>> = took
             .iter()
             .map(|t| match t {
-                Took::Yes(fence, _) => Some(*fence),
+                Took::Yes(fence, ..) => Some(*fence),
                 _ => None,
             })
             .collect();
@@ -452,7 +474,7 @@ impl Lessor for Quorum {
             Some(fencing_token) => Ok(Attempted::Taken {
                 fencing_token,
                 held_until: valid_until,
-                payload: took.into_iter().find_map(Took::into_payload),
+                payload: Took::newest_payload(took),
             }),
             None => self.lost_round(a, &took, (needed, timeout, started)),
         }
@@ -517,6 +539,15 @@ impl Lessor for Quorum {
         )
     }
 
+    /// The `needed`-th largest count: what a hold of that many could take on as many
+    /// instances as it needs.
+    fn count(&self, c: HoldCall<'_>) -> Result<u64> {
+        let (site, call, doing) = (c.site, c.call, c.doing);
+        let needed = self.needed(site.capacity);
+        let count = self.needed_th(needed, self.round(site.route, call, doing), doing)?;
+        Ok(count.unwrap_or(0))
+    }
+
     /// Valid while the majority-th longest remaining lease lasts, from the round's start,
     /// less the drift.
     fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>> {
@@ -562,6 +593,31 @@ impl Lessor for Quorum {
         }
         self.enough_answered(self.quorum, &answers.failed, doing)?;
         Ok(None)
+    }
+
+    /// The copy of the largest version among a quorum's answers: the last write that reached
+    /// a quorum is on at least one of them.
+    fn read_value(
+        &self,
+        lock_key: &str,
+        (value, version): (&str, &str),
+        doing: Doing<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        let call = ScriptCall::new(&KEY)
+            .key(value)
+            .key(version)
+            .arg("versioned");
+        let answers = Self::answers(self.round(lock_key, &call, doing), doing);
+        self.enough_answered(self.quorum, &answers.failed, doing)?;
+        let copies = answers.values.iter().filter_map(|v| {
+            let (bytes, version) =
+                redis::from_redis_value_ref::<(Option<Vec<u8>>, Option<String>)>(v).ok()?;
+            let version = version.as_deref().and_then(reply::parse_version);
+            Some((version.unwrap_or((0, 0)), bytes))
+        });
+        Ok(copies
+            .max_by_key(|(version, _)| *version)
+            .and_then(|(_, bytes)| bytes))
     }
 
     /// On every instance; whether any had it.

@@ -199,6 +199,13 @@ impl RawLock {
         self.ctx.lessor.found(self.at(keys, &call, doing))
     }
 
+    /// How many units of the lock are free: `call` replies a count (see `Lessor::count`).
+    pub(crate) fn count(&self, call: &ScriptCall, doing: Doing<'_>) -> Result<u64> {
+        let keys = self.keys()?;
+        self.ctx.ensure_open()?;
+        self.ctx.lessor.count(self.at(keys, call, doing))
+    }
+
     /// Re-entry, else one attempt, else the protocol's waiting loop until `deadline` (`None`:
     /// forever; a deadline that has passed: one attempt).
     #[inline]

@@ -1,6 +1,7 @@
 //! The reply of an acquire script: `{1, fencing token}` or `{0, milliseconds}`; after them,
-//! for a protocol that keeps a value under its lock, the value's stored bytes, and for one
-//! whose releases hand the lock to a queued waiter, the server's clock when a waiter queued.
+//! for a protocol that keeps a value under its lock, the value's stored bytes (or nil) and
+//! the fencing token of its writer, and for one whose releases hand the lock to a queued
+//! waiter, the server's clock when a waiter queued.
 
 use redis::{FromRedisValue, ParsingError, Value};
 
@@ -13,6 +14,9 @@ pub(crate) struct AcquireReply {
     /// The bytes that came with the lock (a shared value), when the protocol sends any and
     /// they exist.
     pub(crate) payload: Option<Vec<u8>>,
+    /// The version of the payload across instances: the fencing token of the holder that
+    /// wrote (or removed) it, and which of its writes (`(0, 0)` when not known).
+    pub(crate) payload_version: (u64, u64),
     /// The server's clock (ms) when the attempt ran, when the protocol sends it.
     pub(crate) server_ms: Option<i64>,
 }
@@ -24,6 +28,7 @@ impl AcquireReply {
             taken: 1,
             value: fencing_token,
             payload: None,
+            payload_version: (0, 0),
             server_ms: None,
         }
     }
@@ -34,6 +39,7 @@ impl AcquireReply {
             taken: 0,
             value: remaining_ms,
             payload: None,
+            payload_version: (0, 0),
             server_ms: None,
         }
     }
@@ -53,11 +59,40 @@ impl FromRedisValue for AcquireReply {
             Some(Value::Int(ms)) => (None, Some(ms)),
             Some(bytes) => (Some(Vec::<u8>::from_redis_value(bytes)?), None),
         };
+        let payload_version = match items.next() {
+            None | Some(Value::Nil) => (0, 0),
+            // A version that is not one (written by hand) counts as the oldest.
+            Some(version) => String::from_redis_value(version)
+                .ok()
+                .and_then(|text| parse_version(&text))
+                .unwrap_or((0, 0)),
+        };
         Ok(AcquireReply {
             taken: i64::from_redis_value(taken)?,
             value: i64::from_redis_value(value)?,
             payload,
+            payload_version,
             server_ms,
         })
+    }
+}
+
+/// A payload's version as stored, `T.n` (or `T`).
+pub(crate) fn parse_version(text: &str) -> Option<(u64, u64)> {
+    let (token, n) = text.split_once('.').unwrap_or((text, "0"));
+    Some((token.parse().ok()?, n.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_order_by_fencing_token_then_write() {
+        assert_eq!(parse_version("12.3"), Some((12, 3)));
+        assert_eq!(parse_version("12"), Some((12, 0)));
+        assert_eq!(parse_version("x.1"), None);
+        assert!(parse_version("12.1") > parse_version("11.9"));
+        assert!(parse_version("12.2") > parse_version("12.1"));
     }
 }

@@ -282,6 +282,11 @@ impl Lessor for Single {
         Ok(u64::try_from(ms).ok().map(Duration::from_millis))
     }
 
+    fn count(&self, c: HoldCall<'_>) -> Result<u64> {
+        let n: i64 = self.call(c.site.route, c.doing, |conn| c.call.invoke(conn))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>> {
         let (site, call, doing) = (c.site, c.call, c.doing);
         let sent_at = Instant::now();
@@ -318,6 +323,16 @@ impl Lessor for Single {
 
     fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>> {
         self.call(lock_key, doing, |c| redis::cmd("GET").arg(key).query(c))
+    }
+
+    /// One copy: its version does not matter.
+    fn read_value(
+        &self,
+        lock_key: &str,
+        (value, _): (&str, &str),
+        doing: Doing<'_>,
+    ) -> Result<Option<Vec<u8>>> {
+        self.call(lock_key, doing, |c| redis::cmd("GET").arg(value).query(c))
     }
 
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {

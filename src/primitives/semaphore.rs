@@ -311,7 +311,8 @@ impl Semaphore {
         self.take(1, deadline)
     }
 
-    /// How many permits are free now. One round trip.
+    /// How many permits are free now. One round trip. Over a Redlock, how many a holder
+    /// could take on as many instances as a permit needs.
     ///
     /// # Errors
     ///
@@ -327,8 +328,20 @@ impl Semaphore {
     /// # Errors
     ///
     /// As for [`available`](Semaphore::available), and [`ErrorKind::InvalidArgument`] for
-    /// zero or more than [`MAX_PERMITS`].
+    /// zero or more than [`MAX_PERMITS`], and over a Redlock: there, how many instances a
+    /// permit needs depends on the count, and every handle counts with the permits it was
+    /// made with, so the count cannot change under them.
     pub fn set_permits(&self, permits: u32) -> Result<()> {
+        if !self.raw.on_one_deployment() {
+            return Err(Error::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "the permits of semaphore {:?} are fixed over a Redlock: how many \
+                     instances a permit needs depends on them, in every handle",
+                    self.name
+                ),
+            ));
+        }
         self.count("set", permits).map(drop)
     }
 
@@ -359,8 +372,6 @@ impl Semaphore {
     fn count(&self, how: &str, permits: u32) -> Result<u32> {
         self.check(permits)?;
         let keys = self.keys.as_ref().map_err(Clone::clone)?;
-        let ctx = &self.raw.ctx;
-        ctx.ensure_open()?;
         let call = ScriptCall::new(&COUNT)
             .key(permits_key(keys))
             .key(holders(keys))
@@ -370,12 +381,9 @@ impl Semaphore {
             .arg(permits)
             .arg(&*keys.channel)
             .arg(&keys.waiter_channel_prefix);
-        let free: i64 = ctx.call(
-            &keys.lock,
-            Doing::lock("counting the permits of", &self.name),
-            |c| call.invoke(c),
-        )?;
-        Ok(u32::try_from(free).unwrap_or(0))
+        let doing = Doing::lock("counting the permits of", &self.name);
+        let raw = self.raw.clone().with_units(1, self.permits);
+        Ok(u32::try_from(raw.count(&call, doing)?).unwrap_or(u32::MAX))
     }
 }
 

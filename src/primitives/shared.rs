@@ -55,28 +55,51 @@ fn value_key(keys: &LockKeys) -> String {
     keys.beside(suffix::VALUE)
 }
 
-/// The call that writes `bytes` while the lock holds `token`, keeping it.
-pub(crate) fn commit_call(keys: &LockKeys, token: &str, bytes: &[u8]) -> ScriptCall {
+/// `P:{N}:value-fence`: the fencing token of the holder that wrote (or removed) the value
+/// last, its version across a Redlock's instances: a quorum's acquire reads the copy with the
+/// largest.
+fn value_fence_key(keys: &LockKeys) -> String {
+    keys.beside(suffix::VALUE_FENCE)
+}
+
+/// The version of a holder's `n`-th write of the value (from 1): `T.n`, `T` its fencing
+/// token. A quorum takes the copy of the largest `(T, n)`: a later holder's, or the same
+/// holder's later write. An optimistic update's is the fencing counter it moved, `T`.
+pub(crate) fn version(fencing_token: u64, n: u32) -> String {
+    format!("{fencing_token}.{n}")
+}
+
+/// The call that writes `bytes` while the lock holds `token`, keeping it, as `version`.
+pub(crate) fn commit_call(keys: &LockKeys, token: &str, version: &str, bytes: &[u8]) -> ScriptCall {
     ScriptCall::new(&COMMIT)
         .key(&keys.lock)
         .key(value_key(keys))
         .key(&keys.fence)
+        .key(value_fence_key(keys))
         .arg(token)
         .arg(bytes)
+        .arg(version)
 }
 
-/// Releases the lock if it holds `token` and writes `value` under it in the same script
-/// (empty bytes remove the value): the release of a guard whose value changed. Reply as for a
-/// release; nothing is written when the lock did not hold the token.
-pub(crate) fn release_with(keys: &LockKeys, token: &str, value: &[u8]) -> ScriptCall {
+/// Releases the lock if it holds `token` and writes `value` under it as `version`, in the
+/// same script (empty bytes remove the value): the release of a guard whose value changed.
+/// Reply as for a release; nothing is written when the lock did not hold the token.
+pub(crate) fn release_with(
+    keys: &LockKeys,
+    token: &str,
+    version: &str,
+    value: &[u8],
+) -> ScriptCall {
     ScriptCall::new(&RELEASE_WITH)
         .key(&keys.lock)
         .key(&keys.waiting)
         .key(value_key(keys))
         .key(&keys.fence)
+        .key(value_fence_key(keys))
         .arg(token)
         .arg(&*keys.channel)
         .arg(value)
+        .arg(version)
 }
 
 /// A `Mutex` that carries a value.
@@ -90,7 +113,9 @@ impl Protocol for SharedProtocol {
     }
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
-        mutex::acquire_call(&ACQUIRE, call).key(value_key(call.keys))
+        mutex::acquire_call(&ACQUIRE, call)
+            .key(value_key(call.keys))
+            .key(value_fence_key(call.keys))
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -198,6 +223,22 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             missing,
             _value: PhantomData,
         }
+    }
+
+    /// A handle whose missing value starts as `T::default()`.
+    pub(crate) fn defaulting(ctx: Arc<LockContext>, name: &str) -> Self
+    where
+        T: Default + 'static,
+    {
+        Shared::new(ctx, name, Some(Arc::new(T::default)))
+    }
+
+    /// A handle whose missing value starts as `initial`.
+    pub(crate) fn starting_as(ctx: Arc<LockContext>, name: &str, initial: T) -> Self
+    where
+        T: Clone + Send + Sync + 'static,
+    {
+        Shared::new(ctx, name, Some(Arc::new(move || initial.clone())))
     }
 
     /// This handle, reading and writing the value with `codec`. Every handle of one name must

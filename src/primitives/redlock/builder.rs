@@ -9,12 +9,21 @@ use crate::error::{Error, Result};
 use crate::events::EventHandler;
 use crate::IntoAddress;
 
+/// Setters that pass a setting on to the client of every instance (the [`Builder`] setter of
+/// the same name).
+macro_rules! client_settings {
+    ($($(#[doc = $doc:literal])* fn $name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        $(#[doc = $doc])*
+        pub fn $name(self, $($arg: $ty),*) -> Self {
+            self.with_client(|b| b.$name($($arg),*))
+        }
+    )*};
+}
+
 /// The settings of a [`Redlock`]: its leases, renewal, backoff and per-instance timeout, and
 /// the connection settings of the client it makes for each instance. Made by
-/// [`Redlock::builder`]; every setting starts at the default of [`Client::builder`].
-///
-/// The Redlock's settings (lease, renewal, backoff) are one for all instances: they are set
-/// here, once, and each instance's client gets the same.
+/// [`Redlock::builder`]; every setting starts at the default of [`Client::builder`], and
+/// each instance's client gets the same.
 ///
 /// # Examples
 ///
@@ -75,66 +84,39 @@ impl RedlockBuilder {
         }
     }
 
-    /// The lease of locks taken without a fixed lease, on every instance (see
-    /// [`Builder::default_lease`]). Defaults to 30 seconds.
-    pub fn default_lease(self, lease: Duration) -> Self {
-        self.with_client(|b| b.default_lease(lease))
-    }
-
-    /// How often held leases are renewed on every instance (see
-    /// [`Builder::renewal_interval`]). Defaults to a third of the default lease.
-    pub fn renewal_interval(self, interval: Duration) -> Self {
-        self.with_client(|b| b.renewal_interval(interval))
-    }
-
-    /// The delays between attempts of a contended acquire (see [`Builder::backoff`]).
-    /// Defaults to a base of 10 ms and a cap of 500 ms.
-    pub fn backoff(self, base: Duration, cap: Duration) -> Self {
-        self.with_client(|b| b.backoff(base, cap))
-    }
-
-    /// How long a blocking `lock()` keeps trying while too few instances answer to make a
-    /// majority, once a majority was reached (see [`Builder::outage_patience`]). Defaults
-    /// to 20 seconds.
-    pub fn outage_patience(self, patience: Duration) -> Self {
-        self.with_client(|b| b.outage_patience(patience))
-    }
-
-    /// How long connecting to one instance may take (see [`Builder::connect_timeout`]).
-    /// A round connects within the per-instance timeout whatever this is; this bounds the
-    /// calls outside rounds (the announcements, the waiters' subscriptions). Defaults to 5
-    /// seconds.
-    pub fn connect_timeout(self, timeout: Duration) -> Self {
-        self.with_client(|b| b.connect_timeout(timeout))
-    }
-
-    /// How long an instance may take to answer a call outside the acquire and release
-    /// rounds (`verify`, `extend`, `is_locked`, the poison record; see
-    /// [`Builder::response_timeout`]). Defaults to 3 seconds.
-    pub fn response_timeout(self, timeout: Duration) -> Self {
-        self.with_client(|b| b.response_timeout(timeout))
-    }
-
-    /// The prefix of every key written on the instances (see [`Builder::key_prefix`]).
-    pub fn key_prefix(self, prefix: impl Into<String>) -> Self {
-        self.with_client(|b| b.key_prefix(prefix))
-    }
-
-    /// The most connections kept to each instance (see [`Builder::pool_size`]).
-    pub fn pool_size(self, size: u32) -> Self {
-        self.with_client(|b| b.pool_size(size))
-    }
-
-    /// The name announced on every instance (see [`Builder::client_name`]).
-    pub fn client_name(self, name: impl Into<String>) -> Self {
-        self.with_client(|b| b.client_name(name))
-    }
-
-    /// Adds an event handler (see [`Builder::event_handler`]): it hears the Redlock's
-    /// acquisitions, time-outs, failures, waits, releases and lost leases (kind `Redlock`),
-    /// and what the instances' clients do on their own (their clean-ups).
-    pub fn event_handler(self, handler: impl EventHandler) -> Self {
-        self.with_client(|b| b.event_handler(handler))
+    client_settings! {
+        /// The lease of locks taken without a fixed lease, on every instance (see
+        /// [`Builder::default_lease`]). Defaults to 30 seconds.
+        fn default_lease(lease: Duration);
+        /// How often held leases are renewed on every instance (see
+        /// [`Builder::renewal_interval`]). Defaults to a third of the default lease.
+        fn renewal_interval(interval: Duration);
+        /// The delays between attempts of a contended acquire (see [`Builder::backoff`]).
+        /// Defaults to a base of 10 ms and a cap of 500 ms.
+        fn backoff(base: Duration, cap: Duration);
+        /// How long a blocking `lock()` keeps trying while too few instances answer to make a
+        /// majority, once a majority was reached (see [`Builder::outage_patience`]). Defaults
+        /// to 20 seconds.
+        fn outage_patience(patience: Duration);
+        /// How long connecting to one instance may take (see [`Builder::connect_timeout`]).
+        /// A round connects within the per-instance timeout whatever this is; this bounds the
+        /// calls outside rounds (the announcements, the waiters' subscriptions). Defaults to 5
+        /// seconds.
+        fn connect_timeout(timeout: Duration);
+        /// How long an instance may take to answer a call outside the acquire and release
+        /// rounds (`verify`, `extend`, `is_locked`, the poison record; see
+        /// [`Builder::response_timeout`]). Defaults to 3 seconds.
+        fn response_timeout(timeout: Duration);
+        /// The prefix of every key written on the instances (see [`Builder::key_prefix`]).
+        fn key_prefix(prefix: impl Into<String>);
+        /// The most connections kept to each instance (see [`Builder::pool_size`]).
+        fn pool_size(size: u32);
+        /// The name announced on every instance (see [`Builder::client_name`]).
+        fn client_name(name: impl Into<String>);
+        /// Adds an event handler (see [`Builder::event_handler`]): it hears the Redlock's
+        /// acquisitions, waits, releases and lost leases (of the primitives' kinds), and the
+        /// instances' clients' own clean-ups.
+        fn event_handler(handler: impl EventHandler);
     }
 
     fn with_client(self, change: impl FnOnce(Builder) -> Builder) -> Self {

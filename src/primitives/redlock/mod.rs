@@ -1,11 +1,6 @@
 //! Redlock: one lock over several independent Redis masters, held while a majority of them
-//! hold it.
-//!
-//! The instances are ordinary clients (any deployment each); every instance keeps a lock
-//! under the same keys and scripts as a client's. A Redlock is the lease stack over another
-//! lessor, the quorum (`lease/quorum.rs`: the rounds over every instance, the validity of a
-//! hold, the fencing token ordered across instances). Handles, guards, re-entry, renewal,
-//! waiting, events and counters are the client's own.
+//! hold it. The lease stack over another lessor, the quorum (`lease/quorum.rs`); each
+//! instance is an ordinary client, keeping a lock under a client's keys and scripts.
 
 mod builder;
 
@@ -16,52 +11,49 @@ use crate::client::Client;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::lease::{reentrancy, Handle, Lessor, LockContext, Quorum};
+#[cfg(feature = "serde")]
+use crate::primitives::Shared;
 use crate::primitives::{MultiLock, Mutex, MutexGuard, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 use crate::waiting::Subscribers;
 use crate::IntoAddress;
+#[cfg(feature = "serde")]
+use serde::{de::DeserializeOwned, Serialize};
 
 pub use builder::RedlockBuilder;
 
-/// A lock name held on a majority of a [`Redlock`]'s instances: a [`Mutex`] whose holds live
-/// on the quorum, with every method of a client's (waiters listen for releases on every
-/// instance; an announcement from any instance wakes them).
+/// A lock held on a majority of a [`Redlock`]'s instances: a [`Mutex`] whose holds live on
+/// the quorum (an announcement from any instance wakes its waiters).
 pub type RedlockMutex = Mutex;
 
-/// A lock held on a majority of a [`Redlock`]'s instances: a [`MutexGuard`]. Dropping it
-/// releases the lock on every instance (the outermost guard of a re-entrant hold; inner ones
-/// only count down); a release that a majority confirms is `Ok`, one that too few instances
-/// answer to tell is an error, and one that shows no majority held it is
-/// [`LockLost`](crate::ErrorKind::LockLost).
+/// A [`MutexGuard`] of a [`RedlockMutex`]. Its release is `Ok` when a majority confirms it,
+/// [`LockLost`](crate::ErrorKind::LockLost) when no majority can have held it, and an error
+/// when too few instances answer to tell.
 pub type RedlockGuard = MutexGuard;
 
-/// A lock manager over several independent Redis masters (no replication between them): a
-/// lock is held while a majority of them hold it, so that losing a minority of the masters
-/// loses no lock. This is the Redlock algorithm of redis.io, with the additions of the
-/// implementations that learnt from it.
+/// Locks over several independent Redis masters, each held while a majority of them hold it:
+/// the Redlock algorithm of redis.io, with what the implementations since added.
 ///
 /// # When to use it
 ///
-/// One server with [`Builder::replica_acks`](crate::Builder::replica_acks), or a Sentinel
-/// deployment, is simpler and usually enough. Redlock is for when no single deployment may be
-/// a point of failure: it keeps working while a minority of its instances is down, with no
-/// failover at all. Its safety rests on timing, as every lease's does (the Kleppmann and
-/// Sanfilippo debate, in docs/guide/deployments.md): fence at the resource with the guard's
-/// [`fencing_token`](MutexGuard::fencing_token), which is ordered across instances.
+/// When no single deployment may be a point of failure (one server with
+/// [`replica_acks`](crate::Builder::replica_acks), or Sentinel, is simpler and usually
+/// enough): it works while a minority of its instances is down, with no failover. Its safety
+/// rests on timing, as every lease's does (docs/guide/deployments.md): fence at the resource
+/// with the [`fencing_token`](MutexGuard::fencing_token), ordered across instances.
 ///
 /// # The delayed-restart rule
 ///
 /// An instance that restarts without persistence forgets its locks: with two such restarts
 /// in a lease, another client can take a majority while the first still holds. Keep a
-/// restarted instance out of service for one maximum lease (start it with a different port,
-/// or firewalled, and open it after the lease), or run the instances with `appendfsync
-/// always`.
+/// restarted instance out of service for one maximum lease, or run the instances with
+/// `appendfsync always`.
 ///
 /// # Differences from a client's locks
 ///
-/// The handles are a client's own ([`Mutex`], [`RwLock`], [`Semaphore`]), with the same
-/// guards, re-entry, renewal, events and [`Stats`]; only where their holds live differs:
+/// The handles, guards, re-entry, renewal, events and [`Stats`] are a client's; only where
+/// the holds live differs:
 ///
 /// - Each operation goes to every instance at once (writes first, then reads): a round costs
 ///   about one round trip, bounded by the per-instance timeout
@@ -106,15 +98,13 @@ impl Redlock {
     /// A Redlock over the instances that `clients` reach, with their lease, renewal, backoff
     /// and key settings, which must be the same on every client.
     ///
-    /// Any number of instances is allowed; a lock needs a majority, `n / 2 + 1` (so 2 of 2,
-    /// 3 of 4: an even number tolerates no more failures than the odd number below it).
+    /// A lock needs a majority, `n / 2 + 1` of `n` (an even `n` tolerates no more failures
+    /// than the odd number below it).
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, when two
-    /// clients reach the same server, or when two clients disagree on the default lease, the
-    /// renewal interval, the outage patience, the backoff or the key prefix (the error names
-    /// the setting and both values).
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) when no client is given, two reach the
+    /// same server, or two disagree on a setting of the lease, backoff or keys (named).
     pub fn new<I>(clients: I) -> Result<Redlock>
     where
         I: IntoIterator<Item = Client>,
@@ -174,11 +164,9 @@ impl Redlock {
         Redlock::builder().open(urls)
     }
 
-    /// This Redlock with how long each instance may take to answer one call before it counts
-    /// as not answering (default: the lease / 20, at most 50 ms), so that a dead or slow
-    /// instance cannot eat a lease's validity. For a Redlock made with
-    /// [`new`](Redlock::new); [`RedlockBuilder::instance_timeout`] sets the same. A lease not
-    /// above it is refused by the first acquire.
+    /// This Redlock with how long each instance may take to answer one call (see
+    /// [`RedlockBuilder::instance_timeout`], which sets the same). A lease not above it is
+    /// refused by the first acquire.
     ///
     /// # Errors
     ///
@@ -242,10 +230,40 @@ impl Redlock {
         MultiLock::new(&self.ctx, names)
     }
 
-    /// Counters of what this Redlock (and its clones) did so far, as
-    /// [`Client::stats`] counts a client's: acquisitions, waits, releases, lost leases, the
-    /// renewal's rounds and the wake-ups of its waiters. The instances' own clients count
-    /// only the clean-ups they send for it.
+    /// A handle to the value `name` under a lock held on a majority, as [`Client::shared`]
+    /// gives one. Cheap. Each write carries its holder's fencing token, and an acquire or
+    /// [`get`](Shared::get) reads the newest copy among a majority; a write that reached too
+    /// few instances is reported (`LockLost`, or an error that counts them) and may or may
+    /// not be what the next holder reads. [`update`](Shared::update) takes the lock.
+    #[cfg(feature = "serde")]
+    pub fn shared<T>(&self, name: impl AsRef<str>) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + Default + 'static,
+    {
+        Shared::defaulting(Arc::clone(&self.ctx), name.as_ref())
+    }
+
+    /// As [`shared`](Redlock::shared), a missing value starting as `initial`.
+    #[cfg(feature = "serde")]
+    pub fn shared_or<T>(&self, name: impl AsRef<str>, initial: T) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+    {
+        Shared::starting_as(Arc::clone(&self.ctx), name.as_ref(), initial)
+    }
+
+    /// As [`shared`](Redlock::shared), a missing value an
+    /// [`ErrorKind::NoValue`](crate::ErrorKind::NoValue) error.
+    #[cfg(feature = "serde")]
+    pub fn shared_existing<T>(&self, name: impl AsRef<str>) -> Shared<T>
+    where
+        T: Serialize + DeserializeOwned + 'static,
+    {
+        Shared::new(Arc::clone(&self.ctx), name.as_ref(), None)
+    }
+
+    /// Counters of what this Redlock (and its clones) did so far, as [`Client::stats`]
+    /// counts a client's; the instances' clients count only their clean-ups for it.
     pub fn stats(&self) -> Stats {
         self.ctx.stats()
     }

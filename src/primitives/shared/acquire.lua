@@ -2,11 +2,11 @@
 -- reply also carries the value, in the same round trip.
 --
 -- KEYS[1..3]: as for mutex/acquire.lua (lock, fencing counter, waiting clients); KEYS[4]: the
--- value.
+-- value; KEYS[5]: the fencing token of the holder that wrote it (or removed it).
 -- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds, what the caller does
 -- if the lock is held).
--- Reply: `{1, fencing_token, value}` when taken (`{1, fencing_token}` when no value is
--- stored); `{0, ms}` when held. Errors with `WRONGTYPE` (changing nothing) when the value key
+-- Reply: `{1, fencing_token, value, written_by}` when taken, `value` nil when there is none
+-- (`{1, fencing_token}` when neither is stored); `{0, ms}` when held. Errors with `WRONGTYPE` (changing nothing) when the value key
 -- is not a string, and as mutex/acquire.lua otherwise. Needs errors.lua, fence.lua,
 -- announce.lua, mutex/waiters.lua and mutex/take.lua.
 local value = redis.pcall('GET', KEYS[4])
@@ -16,8 +16,10 @@ if type(value) == 'table' and value['err'] then
   end
   return value
 end
+local written_by = redis.call('GET', KEYS[5])
 local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
-if reply[1] == 1 and value then
+if reply[1] == 1 and (value or written_by) then
   reply[3] = value
+  reply[4] = written_by
 end
 return reply

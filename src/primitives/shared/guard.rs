@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{commit_call, Codec};
 use crate::error::Result;
-use crate::lease::{LeaseGuard, LeaseWatch, PoisonInfo};
+use crate::lease::{LeaseGuard, LeaseWatch, PoisonInfo, ReleaseWith};
 
 /// The value of a held [`Shared`](crate::Shared): derefs to `T`. Dropping it writes the value
 /// back, when it changed, and releases the lock, in one round trip; a write whose lease was
@@ -40,6 +40,8 @@ pub struct SharedGuard<T: Serialize> {
     stored: Option<Vec<u8>>,
     /// Set by `DerefMut`: the value may differ from `stored`.
     touched: bool,
+    /// How many writes this holder made (commits).
+    writes: u32,
     codec: Codec,
 }
 
@@ -50,8 +52,27 @@ impl<T: Serialize> SharedGuard<T> {
             value,
             stored,
             touched: false,
+            writes: 0,
             codec,
         }
+    }
+
+    /// The version of this holder's next write (see [`version`](super::version)).
+    fn next_version(&mut self, lease: &LeaseGuard) -> String {
+        self.writes = self.writes.saturating_add(1);
+        super::version(lease.fencing_token(), self.writes)
+    }
+
+    /// Has `lease`'s release write `bytes` (empty: remove the value) as this holder's next
+    /// write; `None`: release without writing.
+    fn release_writing(&mut self, lease: &mut LeaseGuard, bytes: Option<Vec<u8>>) {
+        let with = bytes.map(|bytes| {
+            let version = self.next_version(lease);
+            let with: ReleaseWith =
+                Box::new(move |keys, token| super::release_with(keys, token, &version, &bytes));
+            with
+        });
+        lease.set_release_value(with);
     }
 
     fn lease(&self) -> Option<&LeaseGuard> {
@@ -199,11 +220,14 @@ impl<T: Serialize> SharedGuard<T> {
         let Some(bytes) = self.changed_bytes()? else {
             return Ok(());
         };
-        if let Some(lease) = &self.inner {
-            lease.run_while_held(
+        if let Some(lease) = self.inner.take() {
+            let version = self.next_version(&lease);
+            let written = lease.run_while_held(
                 "writing the value of",
-                &commit_call(lease.keys(), lease.token(), &bytes),
-            )?;
+                &commit_call(lease.keys(), lease.token(), &version, &bytes),
+            );
+            self.inner = Some(lease);
+            written?;
         }
         self.stored = Some(bytes);
         self.touched = false;
@@ -226,7 +250,7 @@ impl<T: Serialize> SharedGuard<T> {
         };
         match bytes {
             Ok(bytes) => {
-                lease.set_release_value(super::release_with, bytes);
+                self.release_writing(&mut lease, bytes);
                 lease.unlock()
             }
             Err(e) => {
@@ -249,12 +273,12 @@ impl<T: Serialize> SharedGuard<T> {
             return Ok(());
         };
         // Empty bytes: the release script removes the value (a stored value is never empty).
-        lease.set_release_value(super::release_with, Some(Vec::new()));
+        self.release_writing(&mut lease, Some(Vec::new()));
         lease.unlock()
     }
 
     /// The bytes to write: `None` when the value is as stored.
-    fn changed_bytes(&self) -> Result<Option<Vec<u8>>> {
+    pub(super) fn changed_bytes(&self) -> Result<Option<Vec<u8>>> {
         if !self.touched {
             return Ok(None);
         }
@@ -285,9 +309,9 @@ impl<T: Serialize> Drop for SharedGuard<T> {
             return;
         }
         let bytes = self.changed_bytes();
-        if let Some(lease) = self.inner.as_mut() {
+        if let Some(mut lease) = self.inner.take() {
             match bytes {
-                Ok(bytes) => lease.set_release_value(super::release_with, bytes),
+                Ok(bytes) => self.release_writing(&mut lease, bytes),
                 Err(e) => log::warn!(
                     "redmutex: the value of {:?} is not written: {e}",
                     lease.name()

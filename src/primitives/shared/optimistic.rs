@@ -15,7 +15,7 @@ use redis::Script;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{value_key, Shared};
+use super::{value_fence_key, value_key, Shared};
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Updated;
@@ -81,9 +81,11 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let ctx = &self.raw.ctx;
         ctx.ensure_open()?;
         let key = value_key(keys);
-        let bytes: Option<Vec<u8>> = ctx.call(&keys.lock, self.raw.doing("reading"), |c| {
-            redis::cmd("GET").arg(&key).query(c)
-        })?;
+        let bytes = ctx.lessor.read_value(
+            &keys.lock,
+            (&key, &value_fence_key(keys)),
+            self.raw.doing("reading"),
+        )?;
         self.value_of(&key, bytes.as_deref())
     }
 
@@ -178,7 +180,10 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
     ) -> Result<R> {
         let started = Instant::now();
         let mut conflicts = 0u32;
-        let result = self.update_loop(deadline, &mut change, &mut conflicts);
+        let result = match self.raw.ctx.lessor.one_deployment() {
+            Some(_) => self.update_loop(deadline, &mut change, &mut conflicts),
+            None => self.update_held(deadline, &mut change),
+        };
         let ctx = &self.raw.ctx;
         Counters::add(&ctx.counters.updates, 1);
         Counters::add(&ctx.counters.update_conflicts, u64::from(conflicts));
@@ -256,6 +261,30 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         }
     }
 
+    /// An update over a Redlock's quorum, which has no one server to compare and set on: the
+    /// lock is taken (waiting until `deadline`), `change` runs once on the value, and the
+    /// release writes it.
+    fn update_held<R>(
+        &self,
+        deadline: Option<Instant>,
+        change: &mut impl FnMut(&mut T) -> R,
+    ) -> Result<(R, bool)> {
+        let Some(mut guard) = self.take(deadline)? else {
+            return Err(Error::new(
+                ErrorKind::Conflict,
+                format!(
+                    "updating shared value {:?}: locked by someone else until the deadline; \
+                     nothing written",
+                    self.raw.name(),
+                ),
+            ));
+        };
+        let out = change(&mut guard);
+        let written = guard.changed_bytes()?.is_some();
+        guard.unlock()?;
+        Ok((out, written))
+    }
+
     /// One try: read the value and its version, run `change` on a copy, and write the result
     /// only if nothing changed since the read.
     fn try_once<R>(
@@ -320,6 +349,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             .key(&keys.lock)
             .key(&keys.fence)
             .key(key)
+            .key(value_fence_key(keys))
             .arg(version)
             .arg(bytes);
         let (written, _): (i64, String) =

@@ -4,9 +4,10 @@
 -- client that has waited longest, as a `Mutex`'s does.
 --
 -- KEYS[1]: the lock; KEYS[2]: the waiting clients; KEYS[3]: the value; KEYS[4]: the fencing
--- counter.
+-- counter; KEYS[5]: who wrote the value.
 -- ARGV[1]: the token; ARGV[2]: the release channel; ARGV[3]: the value's new bytes (empty:
--- remove the value; an encoded value is never empty, it starts with its codec's tag).
+-- remove the value; an encoded value is never empty, it starts with its codec's tag);
+-- ARGV[4]: the holder's fencing token, kept as who wrote (or removed) the value.
 -- Reply: 1 when written (or removed) and released, 0 when the lock held another token or none
 -- (nothing written). Needs announce.lua, mutex/waiters.lua and shared/version.lua.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
@@ -17,6 +18,7 @@ if ARGV[3] == '' then
 else
   redis.call('SET', KEYS[3], ARGV[3])
 end
+redis.call('SET', KEYS[5], ARGV[4])
 move_version(KEYS[4])
 redis.call('DEL', KEYS[1])
 name_next(KEYS[2], ARGV[2], KEYS[1])

@@ -3,7 +3,8 @@
 -- every holder's write and every update moves) is still the one read. The write moves the
 -- version on.
 --
--- KEYS[1]: the lock; KEYS[2]: the fencing counter; KEYS[3]: the value.
+-- KEYS[1]: the lock; KEYS[2]: the fencing counter; KEYS[3]: the value; KEYS[4]: who wrote the
+-- value (the version of this write).
 -- ARGV[1]: the version read ('' when there was none); ARGV[2]: the value's new bytes.
 -- Reply: `{1, version}` when written (the version as text); `{0, 'held'}` when the lock is
 -- held, `{0, 'moved'}` when the version moved (nothing written). Errors with `WRONGTYPE`
@@ -32,4 +33,5 @@ if not moved then
   return redis.error_reply('WRONGTYPE fencing counter ' .. KEYS[2] .. ' is not an integer')
 end
 redis.call('SET', KEYS[3], ARGV[2])
+redis.call('SET', KEYS[4], fence_text(moved))
 return {1, fence_text(moved)}
