@@ -186,8 +186,10 @@ pub(crate) fn lock_info(connections: &Connections, prefix: &str, name: &str) -> 
     let lock = LockKeys::new(prefix, name)?;
     let sem = LockKeys::new(&keys::semaphore_space(prefix), name)?;
     let doing = Doing::lock("inspecting", name);
-    let (lock_space, waiting_clients) = read_lock_space(connections, &lock, doing)?;
-    let (sem_space, sem_waiting) = read_semaphore_space(connections, &sem, doing)?;
+    let (lock_space, waiting_clients): (LockSpace, u64) =
+        read_space(connections, &lock, &lock_space(&lock), doing)?;
+    let (sem_space, sem_waiting): (SemaphoreSpace, u64) =
+        read_space(connections, &sem, &semaphore_space(&sem), doing)?;
     let (
         (secs, micros),
         holder,
@@ -251,55 +253,55 @@ type SemaphoreSpace = (
     BTreeMap<String, u64>,
 );
 
-/// The keys under `P:{N}`, and how many clients listen on its channel.
-fn read_lock_space(
+/// What `pipe` reads of the keys of `keys` (one round trip), and how many clients listen on
+/// their channel.
+fn read_space<T: redis::FromRedisValue>(
     connections: &Connections,
-    lock: &LockKeys,
+    keys: &LockKeys,
+    pipe: &redis::Pipeline,
     doing: Doing<'_>,
-) -> Result<(LockSpace, u64)> {
-    connections.call(&lock.lock, doing, |c| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME")
-            .cmd("GET")
-            .arg(&lock.lock)
-            .cmd("PTTL")
-            .arg(&lock.lock)
-            .cmd("GET")
-            .arg(&lock.fence)
-            .add_command(whole_list(&lock.queue))
-            .add_command(scored(&lock.timeouts))
-            .add_command(scored(lock.beside(suffix::READERS)))
-            .cmd("GET")
-            .arg(lock.beside(suffix::WRITER_WAITING))
-            .cmd("STRLEN")
-            .arg(lock.beside(suffix::VALUE))
-            .cmd("EXISTS")
-            .arg(&lock.poison);
-        let space: LockSpace = pipe.query(c)?;
-        Ok((space, listeners(c, &lock.channel)?))
+) -> Result<(T, u64)> {
+    connections.call(&keys.lock, doing, |c| {
+        let space: T = pipe.query(c)?;
+        Ok((space, listeners(c, &keys.channel)?))
     })
 }
 
-/// The keys under `P:semaphore:{N}`, and how many clients listen on its channel.
-fn read_semaphore_space(
-    connections: &Connections,
-    sem: &LockKeys,
-    doing: Doing<'_>,
-) -> Result<(SemaphoreSpace, u64)> {
-    connections.call(&sem.lock, doing, |c| {
-        let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(sem.beside(suffix::PERMITS))
-            .add_command(scored(sem.beside(suffix::HOLDERS)))
-            .cmd("HGETALL")
-            .arg(sem.beside(suffix::HELD))
-            .add_command(whole_list(&sem.queue))
-            .add_command(scored(&sem.timeouts))
-            .cmd("HGETALL")
-            .arg(sem.beside(suffix::WANTS));
-        let space: SemaphoreSpace = pipe.query(c)?;
-        Ok((space, listeners(c, &sem.channel)?))
-    })
+/// The reading of the keys under `P:{N}` (see [`LockSpace`]).
+fn lock_space(lock: &LockKeys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME")
+        .cmd("GET")
+        .arg(&lock.lock)
+        .cmd("PTTL")
+        .arg(&lock.lock)
+        .cmd("GET")
+        .arg(&lock.fence)
+        .add_command(whole_list(&lock.queue))
+        .add_command(scored(&lock.timeouts))
+        .add_command(scored(lock.beside(suffix::READERS)))
+        .cmd("GET")
+        .arg(lock.beside(suffix::WRITER_WAITING))
+        .cmd("STRLEN")
+        .arg(lock.beside(suffix::VALUE))
+        .cmd("EXISTS")
+        .arg(&lock.poison);
+    pipe
+}
+
+/// The reading of the keys under `P:semaphore:{N}` (see [`SemaphoreSpace`]).
+fn semaphore_space(sem: &LockKeys) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.cmd("GET")
+        .arg(sem.beside(suffix::PERMITS))
+        .add_command(scored(sem.beside(suffix::HOLDERS)))
+        .cmd("HGETALL")
+        .arg(sem.beside(suffix::HELD))
+        .add_command(whole_list(&sem.queue))
+        .add_command(scored(&sem.timeouts))
+        .cmd("HGETALL")
+        .arg(sem.beside(suffix::WANTS));
+    pipe
 }
 
 /// How many clients listen on `channel`: sharded subscriptions on Redis 7 and later, classic

@@ -448,30 +448,21 @@ impl Deployment for Cluster {
         }
     }
 
-    fn checkout(
-        &self,
-        shard: usize,
-        doing: Doing<'_>,
-        within: Option<Duration>,
-    ) -> Result<Checkout> {
+    fn checkout(&self, shard: usize, doing: Doing<'_>, by: Option<Duration>) -> Result<Checkout> {
         match self.shard_at(shard) {
-            Some(s) => s.pool.get(doing, within),
+            Some(s) => s.pool.get(doing, by),
             None => Err(self.no_master(doing)),
         }
     }
 
     fn subscriber_connection(&self, shard: usize) -> redis::RedisResult<redis::Connection> {
-        let s = self.shard_at(shard).ok_or_else(|| {
-            redis::RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::NotConnected,
-                "no master of the cluster serves this channel's slot",
-            ))
-        })?;
-        let conn = s
-            .subscriber
-            .get_connection_with_timeout(self.settings.connect_timeout)?;
-        conn.set_write_timeout(Some(self.settings.response_timeout))?;
-        Ok(conn)
+        let s = &self.settings;
+        let master = self.shard_at(shard);
+        let client = master
+            .as_ref()
+            .map(|m| &m.subscriber)
+            .ok_or_else(|| "no master of the cluster serves this channel's slot".to_owned());
+        super::subscriber_of(client, s.connect_timeout, s.response_timeout)
     }
 
     fn server(&self, shard: usize) -> Server {

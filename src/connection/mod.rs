@@ -69,18 +69,28 @@ pub(crate) use tls::{ClientCertificate, TlsSettings};
 pub(crate) use wiring::{tcp_nodes, Reach, Wiring};
 
 /// One deployment of Redis: which server ("shard") holds a route, and connections to it.
+/// A subscriber's connection by `client`: connected within `connect`, each write within
+/// `write`; or, with no server to connect to, why (`NotConnected`).
+fn subscriber_of(
+    client: std::result::Result<&redis::Client, String>,
+    connect: Duration,
+    write: Duration,
+) -> redis::RedisResult<redis::Connection> {
+    let client = client.map_err(|why| {
+        redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::NotConnected, why))
+    })?;
+    let conn = client.get_connection_with_timeout(connect)?;
+    conn.set_write_timeout(Some(write))?;
+    Ok(conn)
+}
+
 pub(crate) trait Deployment: Send + Sync {
     /// The shard whose server holds the keys of `route` (a lock's main key).
     fn shard_of(&self, route: &str) -> usize;
 
     /// A pooled connection to the server of `shard`, within the connect timeout, or within
-    /// `within` when that is shorter (a Redlock round's per-instance timeout).
-    fn checkout(
-        &self,
-        shard: usize,
-        doing: Doing<'_>,
-        within: Option<Duration>,
-    ) -> Result<Checkout>;
+    /// `by` when that is shorter (a Redlock round's per-instance timeout).
+    fn checkout(&self, shard: usize, doing: Doing<'_>, by: Option<Duration>) -> Result<Checkout>;
 
     /// A new connection for a subscriber of `shard`'s channels, speaking RESP3 (so that
     /// messages and confirmations arrive as push frames), with the response timeout as its
@@ -372,7 +382,7 @@ impl Connections {
         calls: &[Routed<'_>],
         doing: Doing<'_>,
     ) -> (Vec<Result<redis::Value>>, u64) {
-        let (outcomes, trips) = self.call_batch_with(calls, doing, None);
+        let (outcomes, trips) = self.call_batch_acked(calls, doing, None);
         (
             outcomes.into_iter().map(|o| o.map(|(v, _)| v)).collect(),
             trips,
@@ -384,15 +394,6 @@ impl Connections {
     /// without a rule): each reply comes with how many replicas acknowledged its batch, of
     /// how many were asked (`None` when none were).
     pub(crate) fn call_batch_acked(
-        &self,
-        calls: &[Routed<'_>],
-        doing: Doing<'_>,
-        acks: Option<AckRule<'_>>,
-    ) -> (Vec<Result<Acked>>, u64) {
-        self.call_batch_with(calls, doing, acks)
-    }
-
-    fn call_batch_with(
         &self,
         calls: &[Routed<'_>],
         doing: Doing<'_>,

@@ -308,30 +308,18 @@ impl Deployment for Sentinel {
         0
     }
 
-    fn checkout(
-        &self,
-        _shard: usize,
-        doing: Doing<'_>,
-        within: Option<Duration>,
-    ) -> Result<Checkout> {
-        self.master(doing)?.pool.get(doing, within)
+    fn checkout(&self, _shard: usize, doing: Doing<'_>, by: Option<Duration>) -> Result<Checkout> {
+        self.master(doing)?.pool.get(doing, by)
     }
 
     fn subscriber_connection(&self, _shard: usize) -> redis::RedisResult<redis::Connection> {
         let s = &self.inner.settings;
-        let master = self
-            .master(Doing::work("connecting the subscriber"))
-            .map_err(|e| {
-                redis::RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::NotConnected,
-                    e.to_string(),
-                ))
-            })?;
-        let conn = master
-            .subscriber
-            .get_connection_with_timeout(s.connect_timeout)?;
-        conn.set_write_timeout(Some(s.response_timeout))?;
-        Ok(conn)
+        let master = self.master(Doing::work("connecting the subscriber"));
+        let client = master
+            .as_ref()
+            .map(|m| &m.subscriber)
+            .map_err(|e| e.to_string());
+        super::subscriber_of(client, s.connect_timeout, s.response_timeout)
     }
 
     fn server(&self, _shard: usize) -> Server {

@@ -34,22 +34,14 @@ impl Deployment for Standalone {
     }
 
     #[inline]
-    fn checkout(
-        &self,
-        _shard: usize,
-        doing: Doing<'_>,
-        within: Option<Duration>,
-    ) -> Result<Checkout> {
-        self.pool.get(doing, within)
+    fn checkout(&self, _shard: usize, doing: Doing<'_>, by: Option<Duration>) -> Result<Checkout> {
+        self.pool.get(doing, by)
     }
 
     fn subscriber_connection(&self, _shard: usize) -> redis::RedisResult<redis::Connection> {
         let server = self.pool.server();
-        let conn = self
-            .subscriber
-            .get_connection_with_timeout(server.connect_timeout)?;
-        conn.set_write_timeout(Some(server.response_timeout))?;
-        Ok(conn)
+        let (connect, write) = (server.connect_timeout, server.response_timeout);
+        super::subscriber_of(Ok(&self.subscriber), connect, write)
     }
 
     fn server(&self, _shard: usize) -> Server {

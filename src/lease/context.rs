@@ -205,7 +205,8 @@ impl LockContext {
     /// Runs one call that is safe to repeat for the lock routed by `route`, once more on a
     /// fresh connection when the connection dropped under it (a Redis restart leaves every
     /// pooled connection dead). A call that timed out is not repeated: the caller gets the
-    /// timeout at once. For what is defined on one deployment only (an optimistic read).
+    /// timeout at once. For what is defined on one deployment only (an optimistic read;
+    /// a call sent once goes through [`one_deployment`](Self::one_deployment)).
     #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     pub(crate) fn call<T>(
         &self,
@@ -214,17 +215,6 @@ impl LockContext {
         f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
     ) -> Result<T> {
         call_retried(self.one_deployment(doing)?, route, doing, f)
-    }
-
-    /// Runs one call, once (a redirection by a Cluster aside: the call did not run then). For
-    /// what is defined on one deployment only.
-    pub(crate) fn call_once<T>(
-        &self,
-        route: &str,
-        doing: Doing<'_>,
-        f: impl Fn(&mut crate::connection::Conn) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        self.one_deployment(doing)?.call(route, doing, f)
     }
 
     /// How many replicas a write of a lease on `c`'s server must reach, and how long it

@@ -53,6 +53,15 @@ pub(crate) struct HoldCall<'a> {
     pub(crate) doing: Doing<'a>,
 }
 
+/// Where a value kept under a lock is: the lock's route, the value's key and its version's.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "serde"), allow(dead_code))]
+pub(crate) struct ValueAt<'a> {
+    pub(crate) route: &'a str,
+    pub(crate) value: &'a str,
+    pub(crate) version: &'a str,
+}
+
 /// One lease for the renewal to renew: where, and its `renew` call.
 pub(crate) type Renewing<'a> = (Site<'a>, &'a ScriptCall);
 
@@ -122,16 +131,10 @@ pub(crate) trait Lessor: Send + Sync + 'static {
     /// A string key of the lock (a poison record): its value, if any.
     fn read(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<Option<String>>;
 
-    /// A value kept under the lock (a shared value's bytes at `keys.0`), read without the
-    /// lock: a quorum's newest copy by the version at `keys.1` (see `reply.rs`), read from a
-    /// quorum.
+    /// A value kept under the lock (a shared value's bytes), read without the lock: a
+    /// quorum's newest copy by its version (see `reply.rs`), read from a quorum.
     #[cfg_attr(not(feature = "serde"), allow(dead_code))]
-    fn read_value(
-        &self,
-        lock_key: &str,
-        keys: (&str, &str),
-        doing: Doing<'_>,
-    ) -> Result<Option<Vec<u8>>>;
+    fn read_value(&self, at: ValueAt<'_>, doing: Doing<'_>) -> Result<Option<Vec<u8>>>;
 
     /// Deletes a key of the lock: whether it existed.
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool>;

@@ -27,6 +27,8 @@ pub(crate) use guard::ReleaseWith;
 pub(crate) use guard::{give_back, lost, LeaseGuard};
 pub(crate) use hold::{HandOff, Hold};
 pub(crate) use lessor::Lessor;
+#[cfg(feature = "serde")]
+pub(crate) use lessor::ValueAt;
 pub use poison::PoisonInfo;
 pub(crate) use protocol::{AcquireCall, Kind, PlainTake, Protocol, HAND_OFF_CLAIM};
 #[cfg(test)]

@@ -170,14 +170,10 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         true
     }
 
-    /// Queue style: keeps the places of `tokens` (waiters of one client) alive for
-    /// `waiter_timeout`. Reply: the tokens no longer queued. `None` for contending locks.
-    fn heartbeat(
-        &self,
-        _keys: &LockKeys,
-        _tokens: &[&str],
-        _waiter_timeout: Duration,
-    ) -> Option<ScriptCall> {
+    /// Queue style: keeps the places of `tokens` (waiters of one client) alive for `ttl` (see
+    /// `scripts::queue_heartbeat`). Reply: the tokens no longer queued. `None` for
+    /// contending locks.
+    fn heartbeat(&self, _: &LockKeys, _: &[&str], _ttl: Duration) -> Option<ScriptCall> {
         None
     }
 

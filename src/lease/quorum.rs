@@ -16,7 +16,7 @@ use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lease::cleanup::CleanUpLater;
 use crate::lease::context::{Handle, LockContext};
-use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing};
+use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing, Site, ValueAt};
 use crate::lease::reply::{self, AcquireReply};
 use crate::waiting::Release;
 use instances::{fan_out, too_few_answered, unexpected, Reply};
@@ -30,10 +30,8 @@ static RAISE_FENCE: LazyLock<Script> =
 /// One plain command on a key: see `key.lua`.
 static KEY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("quorum/key.lua")));
 
-/// The scripts of this module, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![("quorum/raise_fence", &*RAISE_FENCE), ("quorum/key", &*KEY)]
+crate::lease::scripts::listed! {
+    "quorum/raise_fence" => RAISE_FENCE, "quorum/key" => KEY,
 }
 
 /// The longest default per-instance timeout.
@@ -229,19 +227,18 @@ impl Quorum {
 
     /// `call` on every instance, each answer read within the response timeout.
     fn round(&self, route: &str, call: &ScriptCall, doing: Doing<'_>) -> Vec<Reply> {
-        self.round_within(route, call, doing, self.response_timeout())
+        let c = HoldCall {
+            site: Site { route, capacity: 1 },
+            call,
+            doing,
+        };
+        self.round_within(c, self.response_timeout())
     }
 
-    /// `call` on every instance, each answer read within `timeout`.
-    fn round_within(
-        &self,
-        route: &str,
-        call: &ScriptCall,
-        doing: Doing<'_>,
-        timeout: Duration,
-    ) -> Vec<Reply> {
-        let calls: Vec<Option<&ScriptCall>> = self.instances.iter().map(|_| Some(call)).collect();
-        fan_out(&self.instances, route, &calls, timeout, doing)
+    /// `c`'s call on every instance, each answer read within `timeout`.
+    fn round_within(&self, c: HoldCall<'_>, timeout: Duration) -> Vec<Reply> {
+        let calls: Vec<Option<&ScriptCall>> = self.instances.iter().map(|_| Some(c.call)).collect();
+        fan_out(&self.instances, c.site.route, &calls, timeout, c.doing)
     }
 
     /// Splits the replies of a round into values and failures.
@@ -270,28 +267,13 @@ impl Quorum {
         }
     }
 
-    /// From replies in milliseconds (negative: not held): the `needed`-th longest, `None`
-    /// when fewer than `needed` are non-negative; an error when too few answered to tell.
-    fn needed_ms(
-        &self,
-        needed: usize,
-        replies: Vec<Reply>,
-        doing: Doing<'_>,
-    ) -> Result<Option<Duration>> {
-        Ok(self
-            .needed_th(needed, replies, doing)?
-            .map(Duration::from_millis))
-    }
-
-    /// From replies that are counts (negative: none): the `needed`-th largest, `None` when
-    /// fewer than `needed` are non-negative; an error when too few answered to tell.
-    fn needed_th(
-        &self,
-        needed: usize,
-        replies: Vec<Reply>,
-        doing: Doing<'_>,
-    ) -> Result<Option<u64>> {
-        let answers = Self::answers(replies, doing);
+    /// A round of `c`, whose replies are counts or milliseconds (negative: none): the
+    /// `needed`-th largest for the hold's capacity, `None` when fewer than `needed` are
+    /// non-negative; an error when too few answered to tell.
+    fn needed_th(&self, c: HoldCall<'_>) -> Result<Option<u64>> {
+        let (site, doing) = (c.site, c.doing);
+        let needed = self.needed(site.capacity);
+        let answers = Self::answers(self.round(site.route, c.call, doing), doing);
         let mut held: Vec<u64> = answers
             .ints()
             .filter_map(|ms| u64::try_from(ms).ok())
@@ -481,12 +463,12 @@ impl Lessor for Quorum {
     }
 
     fn release(&self, c: HoldCall<'_>) -> Result<bool> {
-        let (site, call, doing) = (c.site, c.call, c.doing);
+        let (site, doing) = (c.site, c.doing);
         let needed = self.needed(site.capacity);
         // Bounded by the per-instance timeout, as an acquire is: a paused instance costs an
         // `unlock` that timeout, not the response timeout.
         let timeout = self.instance_timeout(self.lease);
-        let replies = self.round_within(site.route, call, doing, timeout);
+        let replies = self.round_within(c, timeout);
         let n = self.instances.len();
         let (mut released, mut not_ours, mut error) = (0, 0, None);
         for reply in replies.into_iter().flatten() {
@@ -531,33 +513,20 @@ impl Lessor for Quorum {
     }
 
     fn remaining(&self, c: HoldCall<'_>) -> Result<Option<Duration>> {
-        let (site, call, doing) = (c.site, c.call, c.doing);
-        self.needed_ms(
-            self.needed(site.capacity),
-            self.round(site.route, call, doing),
-            doing,
-        )
+        Ok(self.needed_th(c)?.map(Duration::from_millis))
     }
 
     /// The `needed`-th largest count: what a hold of that many could take on as many
     /// instances as it needs.
     fn count(&self, c: HoldCall<'_>) -> Result<u64> {
-        let (site, call, doing) = (c.site, c.call, c.doing);
-        let needed = self.needed(site.capacity);
-        let count = self.needed_th(needed, self.round(site.route, call, doing), doing)?;
-        Ok(count.unwrap_or(0))
+        Ok(self.needed_th(c)?.unwrap_or(0))
     }
 
     /// Valid while the majority-th longest remaining lease lasts, from the round's start,
     /// less the drift.
     fn change_lease(&self, c: HoldCall<'_>) -> Result<Option<Instant>> {
-        let (site, call, doing) = (c.site, c.call, c.doing);
         let sent_at = Instant::now();
-        let remaining = self.needed_ms(
-            self.needed(site.capacity),
-            self.round(site.route, call, doing),
-            doing,
-        )?;
+        let remaining = self.needed_th(c)?.map(Duration::from_millis);
         Ok(remaining.map(|r| sent_at + r.saturating_sub(crate::config::clock_drift(r))))
     }
 
@@ -597,17 +566,10 @@ impl Lessor for Quorum {
 
     /// The copy of the largest version among a quorum's answers: the last write that reached
     /// a quorum is on at least one of them.
-    fn read_value(
-        &self,
-        lock_key: &str,
-        (value, version): (&str, &str),
-        doing: Doing<'_>,
-    ) -> Result<Option<Vec<u8>>> {
-        let call = ScriptCall::new(&KEY)
-            .key(value)
-            .key(version)
-            .arg("versioned");
-        let answers = Self::answers(self.round(lock_key, &call, doing), doing);
+    fn read_value(&self, at: ValueAt<'_>, doing: Doing<'_>) -> Result<Option<Vec<u8>>> {
+        let call = ScriptCall::new(&KEY).key(at.value).key(at.version);
+        let call = call.arg("versioned");
+        let answers = Self::answers(self.round(at.route, &call, doing), doing);
         self.enough_answered(self.quorum, &answers.failed, doing)?;
         let copies = answers.values.iter().filter_map(|v| {
             let (bytes, version) =

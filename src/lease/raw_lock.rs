@@ -351,47 +351,39 @@ impl RawLock {
             fixed: self.fixed_lease.is_some(),
             kind: self.protocol.kind().name,
         };
-        if may_wait && ctx.gates.has_waiters(&self.lock_key) {
-            let waited = self.waiting(|| {
-                let contending = Contending {
-                    lock_key: &self.lock_key,
-                    channel: &channel,
-                    filter,
-                    deadline,
-                    early: None,
-                    taker,
-                };
-                waiting::contend(ctx.waiting(), contending, attempt, take_over)
-            });
-            return self.withdraw_unless_won(keys, token, waited);
-        }
-        let early = match may_wait {
-            true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
-            false => None,
+        // Behind this client's other waiters, no attempt first.
+        let behind = may_wait && ctx.gates.has_waiters(&self.lock_key);
+        let early = if behind {
+            None
+        } else {
+            let early = match may_wait {
+                true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
+                false => None,
+            };
+            let seen = early.as_ref().map_or(0, Subscription::seen);
+            match self.attempt(keys, lease, token, (may_wait, Turn::default(), true), None)? {
+                Attempt::Acquired(guard) => return Ok(Some(guard)),
+                Attempt::Held(..) if !may_wait => {
+                    ctx.counters.gave_up_at_once();
+                    return Ok(None);
+                }
+                Attempt::Held(remaining, release) => {
+                    early.map(|sub| (sub, seen, remaining, release))
+                }
+            }
         };
-        let seen = early.as_ref().map_or(0, Subscription::seen);
-        match self.attempt(keys, lease, token, (may_wait, Turn::default(), true), None)? {
-            Attempt::Acquired(guard) => Ok(Some(guard)),
-            Attempt::Held(..) if !may_wait => {
-                ctx.counters.gave_up_at_once();
-                Ok(None)
-            }
-            Attempt::Held(remaining, release) => {
-                let early = early.map(|sub| (sub, seen, remaining, release));
-                let waited = self.waiting(|| {
-                    let contending = Contending {
-                        lock_key: &self.lock_key,
-                        channel: &channel,
-                        filter,
-                        deadline,
-                        early,
-                        taker,
-                    };
-                    waiting::contend(ctx.waiting(), contending, attempt, take_over)
-                });
-                self.withdraw_unless_won(keys, token, waited)
-            }
-        }
+        let waited = self.waiting(|| {
+            let contending = Contending {
+                lock_key: &self.lock_key,
+                channel: &channel,
+                filter,
+                deadline,
+                early,
+                taker,
+            };
+            waiting::contend(ctx.waiting(), contending, attempt, take_over)
+        });
+        self.withdraw_unless_won(keys, token, waited)
     }
 
     /// After a contending wait that ended without the lock, withdraws what its attempts

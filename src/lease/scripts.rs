@@ -6,8 +6,13 @@
 //! answers `NOSCRIPT` (after a restart or `SCRIPT FLUSH`).
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::Script;
+
+use crate::connection::millis;
+use crate::connection::ScriptCall;
+use crate::keys::LockKeys;
 
 /// `is_type_error(reply)`: whether an error of `redis.pcall` means a key of the wrong type.
 pub(crate) const ERRORS: &str = include_str!("lua/errors.lua");
@@ -51,26 +56,62 @@ pub(crate) static CHECK: LazyLock<Script> =
 
 /// Keeps the places of queued waiters alive, for every queue-style primitive: see
 /// `lua/queue_heartbeat.lua`.
-pub(crate) static QUEUE_HEARTBEAT: LazyLock<Script> =
+static QUEUE_HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| compose(&[ERRORS, HOLDER, include_str!("lua/queue_heartbeat.lua")]));
 
 /// How long a hold that is a member of a sorted set has left: see `lua/member_check.lua`.
 pub(crate) static MEMBER_CHECK: LazyLock<Script> =
     LazyLock::new(|| compose(&[HOLDER, MEMBER_LEASE, include_str!("lua/member_check.lua")]));
 
+/// The heartbeat of a queue-style lock's waiters `tokens`: their places kept for `ttl`
+/// (with `wants`, a fair semaphore's, their wanted permits too).
+pub(crate) fn queue_heartbeat(
+    keys: &LockKeys,
+    wants: Option<String>,
+    tokens: &[&str],
+    ttl: Duration,
+) -> ScriptCall {
+    let call = ScriptCall::new(&QUEUE_HEARTBEAT)
+        .key(&keys.timeouts)
+        .key(&keys.queue);
+    let call = match wants {
+        Some(wants) => call.key(wants),
+        None => call,
+    };
+    call.arg(millis(ttl)).arg(tokens)
+}
+
+/// A release by `script` of the lock key, if it holds `token`, that tells the waiting
+/// clients on the lock's channel (KEYS: the lock, the waiting clients; ARGV: the token, the
+/// channel): a `Mutex`'s, an `RwLock` writer's.
+pub(crate) fn release_announced(script: &'static Script, keys: &LockKeys, t: &str) -> ScriptCall {
+    ScriptCall::new(script)
+        .key(&keys.lock)
+        .key(&keys.waiting)
+        .arg(t)
+        .arg(&*keys.channel)
+}
+
 /// Leaves the record of a panicking holder: see `lua/mark_poisoned.lua`.
 pub(crate) static MARK_POISONED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/mark_poisoned.lua")));
 
-/// Every script of this module, by name, for the test that loads them all into Redis.
-#[cfg(test)]
-pub(crate) fn all() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("renew", &*RENEW),
-        ("change_lease", &*CHANGE_LEASE),
-        ("check", &*CHECK),
-        ("member_check", &*MEMBER_CHECK),
-        ("mark_poisoned", &*MARK_POISONED),
-        ("queue_heartbeat", &*QUEUE_HEARTBEAT),
-    ]
+/// A module's scripts, by name, as `scripts()`, for the test that loads every script into
+/// Redis; `also` chains the lists of its submodules.
+macro_rules! listed {
+    ($($name:literal => $script:expr,)* $(also $more:expr,)*) => {
+        #[cfg(test)]
+        pub(crate) fn scripts() -> Vec<(&'static str, &'static redis::Script)> {
+            let listed: Vec<(&'static str, &'static redis::Script)> =
+                vec![$(($name, &*$script)),*];
+            listed.into_iter()$(.chain($more))*.collect()
+        }
+    };
+}
+pub(crate) use listed;
+
+listed! {
+    "renew" => RENEW, "change_lease" => CHANGE_LEASE, "check" => CHECK,
+    "member_check" => MEMBER_CHECK, "mark_poisoned" => MARK_POISONED,
+    "queue_heartbeat" => QUEUE_HEARTBEAT,
 }

@@ -13,7 +13,9 @@ use crate::connection::{AckRule, Acked, Conn, Connections, OnReply, Routed, Scri
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
-use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Lessor, Renewing, Site};
+use crate::lease::lessor::{
+    Attempted, Attempting, Contact, HoldCall, Lessor, Renewing, Site, ValueAt,
+};
 use crate::lease::plain_take::{self, SeededCounters};
 use crate::lease::protocol::PlainTake;
 use crate::lease::renewal::BATCH_SIZE;
@@ -326,13 +328,10 @@ impl Lessor for Single {
     }
 
     /// One copy: its version does not matter.
-    fn read_value(
-        &self,
-        lock_key: &str,
-        (value, _): (&str, &str),
-        doing: Doing<'_>,
-    ) -> Result<Option<Vec<u8>>> {
-        self.call(lock_key, doing, |c| redis::cmd("GET").arg(value).query(c))
+    fn read_value(&self, at: ValueAt<'_>, doing: Doing<'_>) -> Result<Option<Vec<u8>>> {
+        self.call(at.route, doing, |c| {
+            redis::cmd("GET").arg(at.value).query(c)
+        })
     }
 
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {

@@ -10,7 +10,7 @@ use redis::Script;
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
-use crate::lease::scripts::{with_fence, ANNOUNCE, HOLDER, QUEUE_HEARTBEAT};
+use crate::lease::scripts::{queue_heartbeat, with_fence, ANNOUNCE, HOLDER};
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock, HAND_OFF_CLAIM};
 use crate::primitives::lock::{Fair, Lock};
 
@@ -188,26 +188,12 @@ impl Protocol for FairProtocol {
         keys.waiter_channel(client_id)
     }
 
-    fn heartbeat(
-        &self,
-        keys: &LockKeys,
-        tokens: &[&str],
-        waiter_timeout: Duration,
-    ) -> Option<ScriptCall> {
-        let call = ScriptCall::new(&QUEUE_HEARTBEAT)
-            .key(&keys.timeouts)
-            .key(&keys.queue)
-            .arg(millis(waiter_timeout));
-        Some(call.arg(tokens))
+    fn heartbeat(&self, keys: &LockKeys, tokens: &[&str], ttl: Duration) -> Option<ScriptCall> {
+        Some(queue_heartbeat(keys, None, tokens, ttl))
     }
 }
 
-/// The scripts of this protocol, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("fair_mutex/acquire", &*ACQUIRE),
-        ("fair_mutex/release", &*RELEASE),
-        ("fair_mutex/leave", &*LEAVE),
-    ]
+crate::lease::scripts::listed! {
+    "fair_mutex/acquire" => ACQUIRE, "fair_mutex/release" => RELEASE,
+    "fair_mutex/leave" => LEAVE,
 }

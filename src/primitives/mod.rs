@@ -74,7 +74,7 @@ mod tests {
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
-        let scripts = crate::lease::scripts::all()
+        let scripts = crate::lease::scripts::scripts()
             .into_iter()
             .chain(crate::lease::quorum_scripts())
             .chain(super::mutex::scripts())

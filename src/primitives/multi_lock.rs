@@ -20,10 +20,8 @@ use crate::stats::Counters;
 static ACQUIRE_TOGETHER: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("multi_lock/acquire.lua")));
 
-/// The scripts of this primitive, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![("multi_lock/acquire", &*ACQUIRE_TOGETHER)]
+crate::lease::scripts::listed! {
+    "multi_lock/acquire" => ACQUIRE_TOGETHER,
 }
 
 /// Several [`Mutex`]es held together: every one of them or none.
@@ -196,7 +194,8 @@ impl MultiLock {
         }
         let route = &keys_of[0].lock;
         let sent_at = Instant::now();
-        let reply = ctx.call_once(route, Doing::lock("acquiring", first.name()), |c| {
+        let doing = Doing::lock("acquiring", first.name());
+        let reply = ctx.one_deployment(doing)?.call(route, doing, |c| {
             Counters::add(&ctx.counters.attempts, 1);
             // Replicas must hold the leases: the script and `WAIT`, in one round trip.
             match ctx.replicas_to_ask(LeaseWrite::Acquire, c)? {

@@ -7,7 +7,7 @@ use redis::Script;
 
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, with_fence, ANNOUNCE};
+use crate::lease::scripts::{compose, release_announced, with_fence, ANNOUNCE};
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::lock::{Lock, Plain};
 
@@ -227,11 +227,7 @@ impl Protocol for MutexProtocol {
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
-        ScriptCall::new(&RELEASE)
-            .key(&keys.lock)
-            .key(&keys.waiting)
-            .arg(token)
-            .arg(&*keys.channel)
+        release_announced(&RELEASE, keys, token)
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {
@@ -264,15 +260,8 @@ impl Protocol for MutexProtocol {
     }
 }
 
-/// The scripts of this protocol, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("mutex/acquire", &*ACQUIRE),
-        ("mutex/release", &*RELEASE),
-        ("mutex/force_release", &*FORCE_RELEASE),
-        ("mutex/withdraw", &*WITHDRAW),
-        ("mutex/pass_on", &*hand_off::PASS_ON),
-        ("mutex/release_held", &*RELEASE_HELD),
-    ]
+crate::lease::scripts::listed! {
+    "mutex/acquire" => ACQUIRE, "mutex/release" => RELEASE,
+    "mutex/force_release" => FORCE_RELEASE, "mutex/withdraw" => WITHDRAW,
+    "mutex/pass_on" => hand_off::PASS_ON, "mutex/release_held" => RELEASE_HELD,
 }

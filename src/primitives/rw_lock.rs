@@ -17,7 +17,7 @@ use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{suffix, LockKeys};
 use crate::lease::scripts::{
-    compose, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
+    compose, release_announced, with_fence, ANNOUNCE, ERRORS, HOLDER, MEMBER_CHECK, MEMBER_LEASE,
 };
 use crate::lease::{AcquireCall, Kind, LeaseGuard, LockContext, PoisonInfo, Protocol, RawLock};
 
@@ -62,19 +62,11 @@ static FORCE_RELEASE: LazyLock<Script> =
 static WITHDRAW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_lock/withdraw.lua")));
 
-/// The scripts of this primitive, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("rw_lock/read_acquire", &*READ_ACQUIRE),
-        ("rw_lock/read_change_lease", &*READ_CHANGE_LEASE),
-        ("rw_lock/write_acquire", &*WRITE_ACQUIRE),
-        ("rw_lock/read_release", &*READ_RELEASE),
-        ("rw_lock/write_release", &*WRITE_RELEASE),
-        ("rw_lock/read_renew", &*READ_RENEW),
-        ("rw_lock/force_release", &*FORCE_RELEASE),
-        ("rw_lock/withdraw", &*WITHDRAW),
-    ]
+crate::lease::scripts::listed! {
+    "rw_lock/read_acquire" => READ_ACQUIRE, "rw_lock/read_change_lease" => READ_CHANGE_LEASE,
+    "rw_lock/write_acquire" => WRITE_ACQUIRE, "rw_lock/read_release" => READ_RELEASE,
+    "rw_lock/write_release" => WRITE_RELEASE, "rw_lock/read_renew" => READ_RENEW,
+    "rw_lock/force_release" => FORCE_RELEASE, "rw_lock/withdraw" => WITHDRAW,
 }
 
 /// The readers' key and the waiting writer's key of a lock.
@@ -175,11 +167,7 @@ impl Protocol for WriteProtocol {
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
-        ScriptCall::new(&WRITE_RELEASE)
-            .key(&keys.lock)
-            .key(&keys.waiting)
-            .arg(token)
-            .arg(&*keys.channel)
+        release_announced(&WRITE_RELEASE, keys, token)
     }
 
     fn force_release(&self, keys: &LockKeys) -> ScriptCall {

@@ -72,18 +72,10 @@ static COUNT: LazyLock<Script> = LazyLock::new(|| {
     ])
 });
 
-/// The scripts of this primitive, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    let mut all = vec![
-        ("semaphore/acquire", &*ACQUIRE),
-        ("semaphore/release", &*RELEASE),
-        ("semaphore/renew", &*RENEW),
-        ("semaphore/change_lease", &*CHANGE_LEASE),
-        ("semaphore/count", &*COUNT),
-    ];
-    all.extend(fair::scripts());
-    all
+crate::lease::scripts::listed! {
+    "semaphore/acquire" => ACQUIRE, "semaphore/release" => RELEASE, "semaphore/renew" => RENEW,
+    "semaphore/change_lease" => CHANGE_LEASE, "semaphore/count" => COUNT,
+    also fair::scripts(),
 }
 
 fn permits_key(keys: &LockKeys) -> String {

@@ -39,15 +39,9 @@ static RELEASE_WITH: LazyLock<Script> =
 static COMMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(&[VERSION, include_str!("shared/commit.lua")].concat()));
 
-/// The scripts of this primitive, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("shared/acquire", &*ACQUIRE),
-        ("shared/release", &*RELEASE_WITH),
-        ("shared/commit", &*COMMIT),
-        ("shared/update", &*optimistic::UPDATE),
-    ]
+crate::lease::scripts::listed! {
+    "shared/acquire" => ACQUIRE, "shared/release" => RELEASE_WITH, "shared/commit" => COMMIT,
+    "shared/update" => optimistic::UPDATE,
 }
 
 /// `P:{N}:value`: where the value of lock `N` is kept, beside the lock, in its slot.

@@ -119,7 +119,9 @@ fn pass_through_redis(
         .arg(millis(lease));
     let sent_at = Instant::now();
     let doing = Doing::lock("passing on", &hold.name);
-    let reply = ctx.call_once(&hold.lock_key, doing, |c| {
+    // A pass needs one server's reply: over a quorum, the lock is released instead.
+    let connections = ctx.lessor.one_deployment()?;
+    let reply = connections.call(&hold.lock_key, doing, |c| {
         // The pass hands out fencing tokens: it asks the replicas an acquire asks, not the
         // fewer a renewal may (in a planned failover, the replica being promoted has left the
         // master while another still acknowledges it).

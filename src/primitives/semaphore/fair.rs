@@ -12,7 +12,7 @@ use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
 use crate::keys::SEMAPHORE_NAMESPACE as NAMESPACE;
-use crate::lease::scripts::{compose, ANNOUNCE, ERRORS, HOLDER, QUEUE_HEARTBEAT};
+use crate::lease::scripts::{compose, queue_heartbeat, ANNOUNCE, ERRORS, HOLDER};
 use crate::lease::{AcquireCall, Kind, Protocol};
 
 /// A script of the fair semaphore: the queue helpers and a body.
@@ -24,14 +24,9 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fa
 static RELEASE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fair_release.lua")));
 static LEAVE: LazyLock<Script> = LazyLock::new(|| fair_script(include_str!("fair_leave.lua")));
 
-/// The scripts of this protocol, for the test that loads every script into Redis.
-#[cfg(test)]
-pub(crate) fn scripts() -> Vec<(&'static str, &'static Script)> {
-    vec![
-        ("semaphore/fair_acquire", &*ACQUIRE),
-        ("semaphore/fair_release", &*RELEASE),
-        ("semaphore/fair_leave", &*LEAVE),
-    ]
+crate::lease::scripts::listed! {
+    "semaphore/fair_acquire" => ACQUIRE, "semaphore/fair_release" => RELEASE,
+    "semaphore/fair_leave" => LEAVE,
 }
 
 /// Permits of a fair semaphore.
@@ -99,18 +94,8 @@ impl Protocol for FairSemaphoreProtocol {
         Some(NAMESPACE)
     }
 
-    fn heartbeat(
-        &self,
-        keys: &LockKeys,
-        tokens: &[&str],
-        waiter_timeout: Duration,
-    ) -> Option<ScriptCall> {
-        let call = ScriptCall::new(&QUEUE_HEARTBEAT)
-            .key(&keys.timeouts)
-            .key(&keys.queue)
-            .key(super::wants(keys))
-            .arg(millis(waiter_timeout));
-        Some(call.arg(tokens))
+    fn heartbeat(&self, keys: &LockKeys, tokens: &[&str], ttl: Duration) -> Option<ScriptCall> {
+        Some(queue_heartbeat(keys, Some(super::wants(keys)), tokens, ttl))
     }
 
     fn renew(&self, keys: &LockKeys, token: &str, lease: Duration) -> ScriptCall {

@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::events::Updated;
 use crate::keys::LockKeys;
 use crate::lease::scripts::with_fence;
+use crate::lease::ValueAt;
 use crate::stats::Counters;
 use crate::waiting::{Backoff, Outage};
 
@@ -81,11 +82,12 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let ctx = &self.raw.ctx;
         ctx.ensure_open()?;
         let key = value_key(keys);
-        let bytes = ctx.lessor.read_value(
-            &keys.lock,
-            (&key, &value_fence_key(keys)),
-            self.raw.doing("reading"),
-        )?;
+        let at = ValueAt {
+            route: &keys.lock,
+            value: &key,
+            version: &value_fence_key(keys),
+        };
+        let bytes = ctx.lessor.read_value(at, self.raw.doing("reading"))?;
         self.value_of(&key, bytes.as_deref())
     }
 
@@ -352,10 +354,12 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             .key(value_fence_key(keys))
             .arg(version)
             .arg(bytes);
+        let doing = self.raw.doing("updating");
         let (written, _): (i64, String) =
             self.raw
                 .ctx
-                .call_once(&keys.lock, self.raw.doing("updating"), |c| call.invoke(c))?;
+                .one_deployment(doing)?
+                .call(&keys.lock, doing, |c| call.invoke(c))?;
         Ok(written == 1)
     }
 

@@ -2,6 +2,8 @@
 //! pub/sub: sharded (`SSUBSCRIBE`, Redis 7 and later: in a Cluster a message stays in its
 //! slot's shard) or classic (`SUBSCRIBE`, before Redis 7).
 
+use redis::{Connection, RedisResult};
+
 /// Which pub/sub commands a connection uses; the scripts choose the same by the server's
 /// version (`lease/lua/announce.lua`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -32,24 +34,16 @@ impl Flavour {
         }
     }
 
-    /// Writes the subscription of `channels` without reading the confirmations (they come
+    /// Writes the subscription of channels `ch` without reading the confirmations (they come
     /// as pushes). Sharded channels take one command each: the channels of one `SSUBSCRIBE`
     /// must share a slot.
-    pub(super) fn subscribe_to(
-        self,
-        conn: &mut redis::Connection,
-        channels: &[String],
-    ) -> redis::RedisResult<()> {
-        send(conn, self.subscribe(), self, channels)
+    pub(super) fn subscribe_to(self, conn: &mut Connection, ch: &[String]) -> RedisResult<()> {
+        send(conn, self.subscribe(), self, ch)
     }
 
-    /// Writes the unsubscription of `channels`, as [`subscribe_to`](Self::subscribe_to).
-    pub(super) fn unsubscribe_from(
-        self,
-        conn: &mut redis::Connection,
-        channels: &[String],
-    ) -> redis::RedisResult<()> {
-        send(conn, self.unsubscribe(), self, channels)
+    /// Writes the unsubscription of channels `ch`, as [`subscribe_to`](Self::subscribe_to).
+    pub(super) fn unsubscribe_from(self, conn: &mut Connection, ch: &[String]) -> RedisResult<()> {
+        send(conn, self.unsubscribe(), self, ch)
     }
 }
 

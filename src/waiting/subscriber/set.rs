@@ -6,6 +6,10 @@ use std::sync::Arc;
 
 use super::{Signal, Subscriber, Subscription};
 
+/// Which messages of a channel wake a waiter: all, or those equal to this (see
+/// [`Subscriber::subscribe`]).
+type Filter = Option<Arc<str>>;
+
 /// One subscriber, or those of a quorum's instances.
 pub(crate) struct Subscribers {
     members: Vec<Subscriber>,
@@ -41,11 +45,7 @@ impl Subscribers {
 
     /// Interest in `channel` on every member (see [`Subscriber::subscribe`]), one signal for
     /// all.
-    pub(crate) fn subscribe(
-        &self,
-        channel: &Arc<str>,
-        filter: Option<Arc<str>>,
-    ) -> Option<Subscription> {
+    pub(crate) fn subscribe(&self, channel: &Arc<str>, filter: Filter) -> Option<Subscription> {
         self.join(false, |m, signal| {
             m.subscribe(channel, filter.clone(), signal)
         })
@@ -53,13 +53,9 @@ impl Subscribers {
 
     /// Interest in `channel` only where it is live already, and only if it is on as many
     /// members as a subscription needs (see [`Subscriber::subscribe_if_live`]).
-    pub(crate) fn subscribe_if_live(
-        &self,
-        channel: &Arc<str>,
-        filter: Option<Arc<str>>,
-    ) -> Option<Subscription> {
+    pub(crate) fn subscribe_if_live(&self, ch: &Arc<str>, filter: Filter) -> Option<Subscription> {
         self.join(true, |m, signal| {
-            m.subscribe_if_live(channel, filter.clone(), signal)
+            m.subscribe_if_live(ch, filter.clone(), signal)
         })
     }
 
