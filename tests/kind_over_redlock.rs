@@ -464,3 +464,178 @@ fn a_value_removed_on_a_redlock_is_not_brought_back_by_a_stale_instance() {
         "lock brought the removed value back"
     );
 }
+
+/// The remaining lease of `key` on each instance, in milliseconds (negative: none).
+fn pttls(servers: &[RedisServer], key: &str) -> Vec<i64> {
+    servers
+        .iter()
+        .map(|s| redis::cmd("PTTL").arg(key).query(&mut s.conn()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_redlock_writer_may_downgrade_and_a_read_hold_is_renewed_past_its_lease() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let lock = a.rwlock("grade");
+    let w = lock.write().unwrap();
+    let r = lock.read().unwrap(); // downgrade
+    w.unlock().unwrap();
+    assert!(b.rwlock("grade").try_write().unwrap().is_none());
+    let err = lock.write().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    // Past its 2 s lease, renewed on the instances.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!r.is_lost());
+    assert!(r.verify().unwrap() > Duration::ZERO);
+    assert!(b.rwlock("grade").try_write().unwrap().is_none());
+    r.unlock().unwrap();
+    assert!(b.rwlock("grade").try_write().unwrap().is_some());
+}
+
+#[test]
+fn a_redlock_writer_that_gives_up_withdraws_its_claim_from_every_instance() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let r = a.rwlock("claims").read().unwrap();
+    let gave_up = b
+        .rwlock("claims")
+        .try_write_for(Duration::from_millis(300))
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert!(
+        s.iter()
+            .all(|s| !exists(s, "redmutex:{claims}:writer-waiting")),
+        "a claim was left behind"
+    );
+    assert!(b.rwlock("claims").try_read().unwrap().is_some());
+    drop(r);
+}
+
+#[test]
+fn a_fixed_redlock_lease_is_not_renewed_and_extend_and_set_lease_reach_the_instances() {
+    let s = servers(3);
+    let a = redlock(&s);
+    let w = a
+        .rwlock("fixed")
+        .with_lease(Duration::from_millis(1500))
+        .write()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let left = pttls(&s, "redmutex:{fixed}");
+    assert!(left.iter().all(|&ms| ms <= 800), "renewed: {left:?}");
+    w.extend(Duration::from_secs(30)).unwrap();
+    let left = pttls(&s, "redmutex:{fixed}");
+    assert!(
+        left.iter().filter(|&&ms| ms > 29_000).count() >= 2,
+        "{left:?}"
+    );
+    w.set_lease(Duration::from_millis(300)).unwrap();
+    assert!(eventually(LIMIT, || w.is_lost()));
+    assert!(redlock(&s).rwlock("fixed").try_write().unwrap().is_some());
+    assert_eq!(w.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn redlock_permits_are_taken_all_or_none_renewed_and_kept_apart_from_a_mutex() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let slots = a.semaphore("jobs", 3);
+    let two = slots.acquire_many(2).unwrap();
+    assert!(
+        b.semaphore("jobs", 3)
+            .try_acquire_many(2)
+            .unwrap()
+            .is_none(),
+        "two permits of the one left"
+    );
+    // A mutex of the same name is another lock.
+    assert!(b.mutex("jobs").try_lock().unwrap().is_some());
+    std::thread::sleep(Duration::from_millis(3000));
+    assert!(!two.is_lost(), "not renewed past the 2 s lease");
+    assert_eq!(slots.available().unwrap(), 1);
+    two.unlock().unwrap();
+    assert!(b
+        .semaphore("jobs", 3)
+        .try_acquire_many(3)
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn a_redlock_multi_lock_excludes_plain_mutexes_and_names_the_locks_it_lost() {
+    let s = servers(3);
+    let (a, b) = (redlock(&s), redlock(&s));
+    let guard = a
+        .multi_lock(["ledger", "payments", "refunds"])
+        .lock()
+        .unwrap();
+    assert!(b.mutex("ledger").try_lock().unwrap().is_none());
+    assert!(b.mutex("payments").force_unlock().unwrap());
+    let err = guard.unlock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("\"payments\"") && !text.contains("\"ledger\""),
+        "{text}"
+    );
+    assert!(!b.mutex("ledger").is_locked().unwrap());
+}
+
+#[test]
+fn a_stale_redlock_holders_write_is_refused_and_the_newer_value_stays() {
+    let s = servers(3);
+    let value = counter(&s, "stalled");
+    *value.lock().unwrap() = 1;
+    let mut stale = value
+        .clone()
+        .with_lease(Duration::from_millis(500))
+        .lock()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let other = counter(&s, "stalled");
+    let mut newer = other
+        .try_lock_for(LIMIT)
+        .unwrap()
+        .expect("the stale holder's lease did not run out");
+    assert!(newer.fencing_token() > stale.fencing_token());
+    *newer = 7;
+    newer.unlock().unwrap();
+    *stale = 100;
+    assert_eq!(stale.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(*other.lock().unwrap(), 7, "the stale write was applied");
+}
+
+#[test]
+fn a_panic_over_a_redlock_value_writes_nothing_and_poisons_and_a_second_lock_is_refused() {
+    let s = servers(3);
+    let value = counter(&s, "panicky");
+    *value.lock().unwrap() = 5;
+    let v = value.clone();
+    let outcome = std::thread::spawn(move || {
+        let mut g = v.lock().unwrap();
+        *g = 6;
+        panic!("simulated failure halfway through");
+    })
+    .join();
+    assert!(outcome.is_err());
+    let g = value
+        .try_lock()
+        .unwrap()
+        .expect("the panic left the lock held");
+    assert_eq!(*g, 5, "the half-changed value was written");
+    assert!(g.poison().unwrap().is_some(), "no poison record");
+    let err = value.lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(g.clear_poison().unwrap());
+}
+
+#[test]
+fn a_redlock_value_of_another_type_is_a_decode_error_and_the_lock_is_released() {
+    let s = servers(3);
+    let r = redlock(&s);
+    *r.shared::<String>("typed").lock().unwrap() = "not a number".into();
+    let err = r.shared::<u64>("typed").lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Decode, "{err}");
+    assert!(r.mutex("typed").try_lock().unwrap().is_some(), "left held");
+}
