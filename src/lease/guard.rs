@@ -28,11 +28,9 @@ pub struct LeaseGuard {
     ctx: Arc<LockContext>,
     hold: Arc<Hold>,
     released: bool,
-    /// Bytes that came with the acquire (a shared value); `None` for a plain lock.
-    payload: Option<Vec<u8>>,
-    /// A release that writes bytes under the lock (a shared value): the kind's call that
-    /// does, and the bytes. `None`: the protocol's plain release.
-    written: Option<ReleaseWith>,
+    /// What a kind that keeps a value under its lock carries (a shared value); `None` for a
+    /// plain lock, which so pays one word for it.
+    value: Option<Box<ValueIo>>,
     /// Set at the release of a hold that may be passed on: what the release does with the
     /// client's place among the lock's waiting clients.
     place: std::cell::Cell<Place>,
@@ -45,8 +43,7 @@ impl LeaseGuard {
             ctx,
             hold,
             released: false,
-            payload: None,
-            written: None,
+            value: None,
             place: std::cell::Cell::new(Place::GiveUp),
             _not_send: PhantomData,
         }
@@ -54,7 +51,7 @@ impl LeaseGuard {
 
     /// The id of this hold's registration with the renewal thread (none for a fixed lease).
     pub(crate) fn renewal_id(&self) -> Option<u64> {
-        self.hold.renewal_id
+        self.hold.renewal_id()
     }
 
     pub(crate) fn fencing_token(&self) -> u64 {
@@ -138,7 +135,7 @@ impl LeaseGuard {
             if self.hold.cohort.is_some() {
                 self.ctx.gates.hold_ends(&self.hold.lock_key, false);
             }
-            if let Some(id) = self.hold.renewal_id {
+            if let Some(id) = self.hold.renewal_id() {
                 self.ctx.renewal.cancel(id);
             }
             self.hold.lease.mark_released();
@@ -217,10 +214,10 @@ impl LeaseGuard {
         }
         if std::thread::panicking() {
             // The value may be half-changed: it is not written.
-            self.written = None;
+            self.set_release_value(None);
             self.mark_poisoned();
         }
-        if let Some(id) = self.hold.renewal_id {
+        if let Some(id) = self.hold.renewal_id() {
             self.ctx.renewal.cancel(id);
         }
         // A release that writes a value waits for its reply: the write may fail.
@@ -234,7 +231,7 @@ impl LeaseGuard {
                     self.place
                         .set(self.ctx.gates.hold_ends(&self.hold.lock_key, yielded));
                 }
-                match (passed, reply, &self.written) {
+                match (passed, reply, self.written()) {
                     (Some(lost), _, _) => lost,
                     (None, Reply::Later, None) => self.release_unread(),
                     (None, ..) => self.release_in_redis(),
@@ -266,7 +263,7 @@ impl LeaseGuard {
     /// writes a value, nor from a panicking thread, nor when the lease was lost. `None`:
     /// release in Redis instead.
     fn pass_on_within_client(&self) -> Option<Result<()>> {
-        if self.written.is_some()
+        if self.written().is_some()
             || std::thread::panicking()
             || self.hold.lease.lost_reason().is_some()
         {
@@ -331,7 +328,7 @@ impl LeaseGuard {
     }
 
     fn release_call(&self) -> ScriptCall {
-        match &self.written {
+        match self.written() {
             Some(with) => with(&self.hold.keys, &self.hold.token),
             None => release_call_of(&self.ctx, &self.hold, self.place.get()),
         }
@@ -361,19 +358,35 @@ impl LeaseGuard {
 impl LeaseGuard {
     /// This guard, carrying the bytes that came with the acquire.
     pub(crate) fn with_payload(mut self, payload: Option<Vec<u8>>) -> Self {
-        self.payload = payload;
+        if payload.is_some() {
+            self.value.get_or_insert_with(Box::default).payload = payload;
+        }
         self
     }
 
     /// The bytes that came with the acquire (once).
     pub(crate) fn take_payload(&mut self) -> Option<Vec<u8>> {
-        self.payload.take()
+        self.value.as_mut().and_then(|v| v.payload.take())
     }
 
     /// Has the release be the kind's call `with` (which releases and writes, fenced by the
     /// holder's token); `None`: a plain release. A panicking thread's release never writes.
     pub(crate) fn set_release_value(&mut self, with: Option<ReleaseWith>) {
-        self.written = with;
+        match (&mut self.value, with) {
+            (Some(value), with) => value.written = with,
+            (None, None) => {}
+            (None, Some(with)) => {
+                self.value = Some(Box::new(ValueIo {
+                    payload: None,
+                    written: Some(with),
+                }))
+            }
+        }
+    }
+
+    /// The release that writes the value, if one was set.
+    fn written(&self) -> Option<&ReleaseWith> {
+        self.value.as_ref().and_then(|v| v.written.as_ref())
     }
 
     /// Runs a script call of the protocol that acts only while the lock holds this guard's
@@ -405,6 +418,15 @@ impl LeaseGuard {
     pub(crate) fn token(&self) -> &str {
         &self.hold.token
     }
+}
+
+/// What a guard of a kind that keeps a value under its lock carries.
+#[derive(Default)]
+struct ValueIo {
+    /// Bytes that came with the acquire.
+    payload: Option<Vec<u8>>,
+    /// A release that writes under the lock: the kind's call. `None`: the plain release.
+    written: Option<ReleaseWith>,
 }
 
 /// A kind's release that also writes under the lock (a shared value): the call for a lock's

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::thread::LocalKey;
 use std::time::{Duration, Instant};
@@ -33,8 +34,9 @@ pub(crate) struct Hold {
     pub(crate) capacity: u32,
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
     pub(crate) fixed_lease: Option<Duration>,
-    /// The renewal registration, for a renewed lease.
-    pub(crate) renewal_id: Option<u64>,
+    /// The renewal registration, for a renewed lease (ids start at 1: the niche keeps the
+    /// field one word, and a held lock's memory small).
+    pub(crate) renewal_id: Option<NonZeroU64>,
     pub(crate) lease: Arc<LeaseState>,
     /// When it was acquired, when the client's event handlers want hold times.
     pub(crate) acquired_at: Option<Instant>,
@@ -61,6 +63,11 @@ impl Held for Hold {
 }
 
 impl Hold {
+    /// The id of the hold's registration with the renewal thread (none for a fixed lease).
+    pub(crate) fn renewal_id(&self) -> Option<u64> {
+        self.renewal_id.map(NonZeroU64::get)
+    }
+
     /// Where the hold's calls go.
     pub(crate) fn site(&self) -> Site<'_> {
         Site {

@@ -592,7 +592,7 @@ impl RawLock {
                     state: Arc::clone(&lease_state),
                 };
                 match ctx.renewal.register(registration) {
-                    Ok(id) => Some(id),
+                    Ok(id) => std::num::NonZeroU64::new(id),
                     Err(e) => {
                         self.roll_back(keys, &token, expires_at);
                         return Err(e);
