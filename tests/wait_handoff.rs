@@ -358,9 +358,10 @@ fn threads_of_one_client_pass_the_lock_on_with_growing_tokens() {
 #[test]
 fn a_client_passing_the_lock_among_its_threads_lets_another_client_in() {
     let server = RedisServer::start();
-    // Re-checks every 500 ms: a client's place among the waiting is now and then lost (a
-    // leader then waits out a re-check period, 10 s by default, unnamed; the cause is still
-    // open), and the bound tested here is the cohort's, not the re-check's.
+    // Re-checks every 500 ms: a run of passes can leave a stale place among the waiting (a
+    // waiter of the other client then waits out a re-check period, 10 s by default, unnamed:
+    // found by tests/wait_model.rs, not fixed yet), and the bound tested here is the
+    // cohort's, not the re-check's.
     let rechecking = || {
         Client::builder()
             .renewal_interval(Duration::from_millis(500))

@@ -29,9 +29,13 @@ pub use shared::{Codec, Shared, SharedGuard, MAX_VALUE_LEN};
 #[cfg(test)]
 mod tests {
     //! Every script loads into a real Redis: a syntax error fails here, not in production.
+    //! And the scripts' own cases that need an exact order of calls, which no client run can
+    //! force.
 
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
+
+    use redis::Script;
 
     /// A `redis-server` on a Unix socket of its own, killed on drop.
     struct Server {
@@ -47,9 +51,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_script_loads_into_redis() {
-        let dir = std::env::temp_dir().join(format!("redmutex-scripts-{}", std::process::id()));
+    /// Starts a server (`what` names its directory) and connects to it.
+    fn start(what: &str) -> (Server, redis::Connection) {
+        let dir = std::env::temp_dir().join(format!("redmutex-{what}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("redis.sock");
         let binary = std::env::var("REDMUTEX_SERVER").unwrap_or_else(|_| "redis-server".into());
@@ -67,13 +71,18 @@ mod tests {
         let url = format!("redis+unix://{}", socket.display());
         let client = redis::Client::open(url.as_str()).unwrap();
         let started = Instant::now();
-        let mut conn = loop {
+        loop {
             match client.get_connection() {
-                Ok(conn) => break conn,
+                Ok(conn) => return (server, conn),
                 Err(e) if started.elapsed() > Duration::from_secs(20) => panic!("{e}"),
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
-        };
+        }
+    }
+
+    #[test]
+    fn every_script_loads_into_redis() {
+        let (server, mut conn) = start("scripts");
         let scripts = crate::lease::scripts::scripts()
             .into_iter()
             .chain(crate::lease::quorum_scripts())
@@ -91,6 +100,95 @@ mod tests {
             loaded += 1;
         }
         assert_eq!(loaded, 38);
+        drop(server);
+    }
+
+    /// A `Mutex` script by name.
+    fn mutex_script(name: &str) -> &'static Script {
+        super::mutex::scripts()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, script)| script)
+            .unwrap()
+    }
+
+    /// How many announcements Redis has published so far (either flavour).
+    fn announcements(conn: &mut redis::Connection) -> u64 {
+        let stats: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+        stats
+            .lines()
+            .filter(|l| l.starts_with("cmdstat_publish:") || l.starts_with("cmdstat_spublish:"))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum()
+    }
+
+    /// The place lost between a client's hold and its own next waiter (the counterexample of
+    /// `tests/wait_model.rs`, step by step): client A takes the lock with other threads of it
+    /// waiting, which places A with the take's token; the lock is passed within A, with a new
+    /// fencing token; then a thread of A comes back and attempts before the release of the
+    /// passed hold runs, and that release, which gives up a place from before its hold, must
+    /// not take away the place the thread now waits on: A is named.
+    #[test]
+    fn a_thread_that_waits_during_its_own_clients_hold_keeps_the_client_named() {
+        let (server, mut conn) = start("lost-place");
+        let (lock, fence, waiting) = ("t:{p}", "t:{p}:fence", "t:{p}:waiting");
+        let a = "0123456789abcdef0123456789abcdef";
+        let (first, later) = (format!("{a}:1"), format!("{a}:3"));
+        let acquire = |conn: &mut redis::Connection, token: &str, waits: &str| -> Vec<i64> {
+            mutex_script("mutex/acquire")
+                .key(lock)
+                .key(fence)
+                .key(waiting)
+                .arg(token)
+                .arg(30_000)
+                .arg(waits)
+                .invoke(conn)
+                .unwrap()
+        };
+        assert_eq!(acquire(&mut conn, &first, "more")[0], 1);
+        let passed: Vec<i64> = mutex_script("mutex/pass_on")
+            .key(lock)
+            .key(fence)
+            .key(waiting)
+            .arg(&first)
+            .arg(1)
+            .arg(30_000)
+            .invoke(&mut conn)
+            .unwrap();
+        let passed_fence = passed[1];
+        assert_eq!(acquire(&mut conn, &later, "wait")[0], 0);
+        let before = announcements(&mut conn);
+        let released: i64 = mutex_script("mutex/release_held")
+            .key(lock)
+            .key(waiting)
+            .key(fence)
+            .arg(&first)
+            .arg("t:{p}:ch")
+            .arg(passed_fence)
+            .arg("")
+            .arg(60_000)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(released, 1);
+        assert_eq!(
+            announcements(&mut conn) - before,
+            1,
+            "the release named nobody: the waiting thread's client lost its place"
+        );
+        let left: Vec<String> = redis::cmd("ZRANGE")
+            .arg(waiting)
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        assert!(left.is_empty(), "{left:?}");
         drop(server);
     }
 }

@@ -83,9 +83,10 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     local taken, bad = take_fence(lock, fence)
     if bad then return bad end
     if waits == 'more' then
-      -- Behind every client that began to wait before this hold (a client that may have been
-      -- owed a turn gives that place up).
-      register_waiter(waiting, token, taken, 2 * tonumber(lease), overdue)
+      -- Behind every client that began to wait before this hold: a place the client had from
+      -- before (one it was owed, too) is given up, or the release of a hold passed on from
+      -- this one would take it for a place from before its own hold, and remove it.
+      register_waiter(waiting, token, taken, 2 * tonumber(lease), true)
     elseif overdue then
       -- A place the client may have been owed is not wanted any more (its release would give
       -- up any other place it took before this hold).
@@ -99,12 +100,17 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
   end
   if waits ~= '' then
-    -- Waiting since the current hold (whose fencing token is the counter's value).
+    -- Waiting since the current hold (whose fencing token is the counter's value). When the
+    -- holder is of the caller's own client, a place the client has is from before that hold,
+    -- and its release gives such a place up (mutex/release_held.lua): it counts from now,
+    -- so that the release keeps it and names the client.
     local since = redis.pcall('GET', fence)
+    local own = string.sub(previous, 1, #client + 1) == client .. ':'
     local added = register_waiter(waiting, token,
-      tonumber(type(since) == 'string' and since or '0') or 0, ttl + tonumber(lease))
-    if added and overdue then
-      -- Named, and beaten to the lock: first in line, and the next release hands it over.
+      tonumber(type(since) == 'string' and since or '0') or 0, ttl + tonumber(lease), own)
+    if added and overdue and not own then
+      -- Named, and beaten to the lock (by another client): first in line, and the next
+      -- release hands it over.
       redis.call('ZADD', waiting, OWED, client)
     end
   end
