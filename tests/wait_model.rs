@@ -7,10 +7,12 @@
 //! interleave in every order.
 //!
 //! Checked: exclusion, fencing tokens that rise with every holder, and that no waiter is
-//! forgotten (a state in which nothing can happen any more while a thread still waits: its
-//! client is in no waiting set and no announcement will name it, so only a re-check period
-//! would wake it). The protocol before the fix of the lost place fails the last property, and
-//! a test keeps it so, which shows the model can see the flaw.
+//! forgotten (a state in which nothing can happen any more while a thread still waits, so
+//! that only a re-check period would wake it), whether its client is missing from the waiting
+//! set (a lost place) or a release named another client that had nobody waiting (a stale
+//! place). Three versions of the protocol ([`Fix`]): the one before the fix of the lost
+//! place, which the model shows failing; the scripts' current one, which loses no place but
+//! can leave a stale one; and the fix of the stale place, which holds every property.
 
 use std::collections::BTreeMap;
 
@@ -90,6 +92,9 @@ struct Redis {
 struct Worker {
     left: u8,
     now: Thread,
+    /// The score of a place this thread's attempts made while its own client held the lock
+    /// (0: none), which its own release gives up (`Fix::StalePlace`).
+    placed_at: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -126,12 +131,24 @@ enum Action {
     Deliver(usize),
 }
 
+/// Which version of the protocol the model runs.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Fix {
+    /// Before any fix: a place is added with `NX`, whoever holds.
+    Before,
+    /// The acquire script re-scores a place when its own client holds, and a take with
+    /// `more` always does.
+    LostPlace,
+    /// And a place made while its own client holds moves the counter, its score goes back to
+    /// the thread, and the thread's release gives it up.
+    StalePlace,
+}
+
 /// The protocol, for clients with these many threads, each making `acquisitions`.
 struct Handoff {
     threads: Vec<u8>,
     acquisitions: u8,
-    /// The acquire script re-scores a place that its own client's hold made stale.
-    fixed: bool,
+    fix: Fix,
 }
 
 impl Handoff {
@@ -149,8 +166,9 @@ impl Handoff {
         g.held.is_some() || g.inside > 0
     }
 
-    /// `mutex/acquire.lua` with `wait` or `more`: the reply, whether taken and the fence.
-    fn acquire(&self, r: &mut Redis, token: Token, more: bool) -> Option<u32> {
+    /// `mutex/acquire.lua` with `wait` or `more`: the fence when taken; else the score of the
+    /// place made while the caller's own client holds, when the script tells it.
+    fn acquire(&self, r: &mut Redis, token: Token, more: bool) -> Result<u32, Option<u32>> {
         let client = token.0;
         match r.lock {
             None => {
@@ -158,23 +176,29 @@ impl Handoff {
                 r.lock = Some(token);
                 if more {
                     // Behind every client waiting now: a place from before is stale.
-                    if self.fixed {
+                    if self.fix >= Fix::LostPlace {
                         r.waiting.insert(client, r.counter);
                     } else {
                         r.waiting.entry(client).or_insert(r.counter);
                     }
                 }
-                Some(r.counter)
+                Ok(r.counter)
+            }
+            Some(holder) if holder.0 == client && self.fix == Fix::StalePlace => {
+                // Its own client holds: a place that counts from a new tick of the counter.
+                r.counter += 1;
+                r.waiting.insert(client, r.counter);
+                Err(Some(r.counter))
             }
             Some(holder) => {
                 let since = r.counter;
-                if self.fixed && holder.0 == client {
+                if self.fix >= Fix::LostPlace && holder.0 == client {
                     // A place from before its own client's hold is stale: it counts from now.
                     r.waiting.insert(client, since);
                 } else {
                     r.waiting.entry(client).or_insert(since);
                 }
-                None
+                Err(None)
             }
         }
     }
@@ -189,6 +213,14 @@ impl Handoff {
         if let Some(client) = first {
             r.waiting.remove(&client);
             r.in_flight.push(client);
+        }
+    }
+
+    /// Records the score of a place a thread's attempt made while its own client held.
+    fn placed(s: &mut State, (c, t): (u8, u8), score: Option<u32>) {
+        if let Some(score) = score {
+            let worker = &mut s.threads[c as usize][t as usize];
+            worker.placed_at = worker.placed_at.max(score);
         }
     }
 
@@ -268,6 +300,7 @@ impl Model for Handoff {
                         .map(|_| Worker {
                             left: self.acquisitions,
                             now: Thread::Idle,
+                            placed_at: 0,
                         })
                         .collect()
                 })
@@ -333,19 +366,25 @@ impl Model for Handoff {
                 let token = Self::token(last, (c, t));
                 match self.thread(last, (c, t)).clone() {
                     Thread::First => match self.acquire(&mut s.redis, token, false) {
-                        Some(fence) => self.begin_hold(&mut s, (c, t), token, fence, false),
-                        None => Self::set(&mut s, (c, t), Thread::FirstFailed),
+                        Ok(fence) => self.begin_hold(&mut s, (c, t), token, fence, false),
+                        Err(placed) => {
+                            Self::placed(&mut s, (c, t), placed);
+                            Self::set(&mut s, (c, t), Thread::FirstFailed);
+                        }
                     },
                     Thread::Attempting { seen, more } => {
                         match self.acquire(&mut s.redis, token, more) {
-                            Some(fence) => {
+                            Ok(fence) => {
                                 Self::leave_gate(&mut s, c);
                                 if more {
                                     s.gates[c as usize].baton = Some(seen);
                                 }
                                 self.begin_hold(&mut s, (c, t), token, fence, true);
                             }
-                            None => Self::set(&mut s, (c, t), Thread::Sleeping { seen }),
+                            Err(placed) => {
+                                Self::placed(&mut s, (c, t), placed);
+                                Self::set(&mut s, (c, t), Thread::Sleeping { seen });
+                            }
                         }
                     }
                     _ => return None,
@@ -405,6 +444,9 @@ impl Model for Handoff {
                 let Thread::Holding { token, fence } = *self.thread(last, (c, t)) else {
                     return None;
                 };
+                // A place of its own attempts, made while its client held, is given up too.
+                let placed_at = s.threads[c as usize][t as usize].placed_at;
+                let fence = fence.max(placed_at.saturating_add(1));
                 let g = &mut s.gates[c as usize];
                 let placed = g.held.take().unwrap_or(true);
                 let place = match (g.inside > 0, placed) {
@@ -461,6 +503,7 @@ impl Model for Handoff {
                 let worker = &mut s.threads[c as usize][t as usize];
                 worker.left -= 1;
                 worker.now = Thread::Idle;
+                worker.placed_at = 0;
             }
             Action::Deliver(i) => {
                 let client = s.redis.in_flight.remove(i);
@@ -505,7 +548,7 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_and_loses_no_place() {
     let checker = check(Handoff {
         threads: vec![2, 1],
         acquisitions: 2,
-        fixed: true,
+        fix: Fix::LostPlace,
     });
     println!("states explored: {}", checker.unique_state_count());
     for property in [
@@ -517,11 +560,11 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_and_loses_no_place() {
             panic!("{property}: {path:?}");
         }
     }
-    // Known, and open: a leader whose attempt put its client among the waiting while a
-    // sibling held, and which then took the lock passed on to it, leaves that place behind;
-    // its release names its own client, which has nobody waiting, and a waiter of another
-    // client is named by no one (docs/guarantees.md). When it is fixed, this fails: assert
-    // the property instead.
+    // Known, and open in the scripts: a leader whose attempt put its client among the
+    // waiting while a sibling held, and which then took the lock passed on to it, leaves that
+    // place behind; its release names its own client, which has nobody waiting, and a waiter
+    // of another client is named by no one (docs/guarantees.md). `Fix::StalePlace` below is
+    // the fix, checked; once the scripts have it, this fails: check every property instead.
     assert!(
         checker
             .discovery("no waiter behind a stale place")
@@ -535,11 +578,22 @@ fn the_model_finds_the_lost_place_of_the_protocol_before_its_fix() {
     let checker = check(Handoff {
         threads: vec![2, 1],
         acquisitions: 2,
-        fixed: false,
+        fix: Fix::Before,
     });
     let path = checker
         .discovery("no waiter of a client missing from the set")
         .expect("the model no longer sees the lost place");
     println!("{:?}", path.into_actions());
     assert!(checker.discovery("exclusion").is_none());
+}
+
+#[test]
+fn a_place_made_while_its_own_client_holds_given_back_leaves_no_stale_place() {
+    let checker = check(Handoff {
+        threads: vec![2, 1],
+        acquisitions: 2,
+        fix: Fix::StalePlace,
+    });
+    println!("states explored: {}", checker.unique_state_count());
+    checker.assert_properties();
 }
