@@ -463,7 +463,12 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
     match (hold.hand_off, hold.cohort, place) {
         (Some(hand_off), Some(_), Place::Keep | Place::GiveUp) => hand_off.release_held(
             &hold.keys,
-            (&hold.token, hold.fencing_token),
+            // Places from before the hold are given up, and one this thread's own attempts
+            // made while a sibling held (whose score may be above the hold's token).
+            (
+                &hold.token,
+                hold.fencing_token.max(hold.own_place.saturating_add(1)),
+            ),
             place == Place::Keep,
             ctx.renewal.lease() * 2,
         ),

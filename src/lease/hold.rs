@@ -45,6 +45,9 @@ pub(crate) struct Hold {
     pub(crate) cohort: Option<Cohort>,
     /// How the hold is passed on, and released, when it has a run.
     pub(crate) hand_off: Option<&'static dyn HandOff>,
+    /// The score of a place among the waiting that the attempts of the thread made while a
+    /// sibling held the lock (0: none): this hold's release gives it up (`mutex/take.lua`).
+    pub(crate) own_place: u64,
 }
 
 thread_local! {

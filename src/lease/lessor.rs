@@ -75,11 +75,13 @@ pub(crate) enum Attempted {
         payload: Option<Vec<u8>>,
     },
     /// Held by someone else: how long to wait at most before trying again, whether the
-    /// holder announces its release, and the server's clock of the attempt, when known.
+    /// holder announces its release, the server's clock of the attempt, when known, and the
+    /// score of a place the attempt made while the caller's own client held.
     Held {
         wait: Duration,
         release: Release,
         contact: Option<Contact>,
+        own_place: Option<u64>,
     },
 }
 

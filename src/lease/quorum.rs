@@ -387,6 +387,7 @@ impl Quorum {
             wait: Duration::from_millis(wait),
             release: Release::Announced,
             contact: None,
+            own_place: None,
         })
     }
 

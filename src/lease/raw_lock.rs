@@ -36,6 +36,32 @@ fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str>
     }
 }
 
+/// What the failed attempts of one wait reported, for what the waiter later takes.
+#[derive(Default)]
+struct Told {
+    /// The server's clock at a queued waiter's last attempt that carried it.
+    contact: Cell<Option<Contact>>,
+    /// The highest score of a place the attempts made while the caller's own client held
+    /// the lock (0: none): the release of the hold the waiter then takes gives it up
+    /// (`mutex/take.lua`).
+    own_place: Cell<u64>,
+}
+
+impl Told {
+    fn heard(&self, contact: Option<Contact>, own_place: Option<u64>) {
+        if contact.is_some() {
+            self.contact.set(contact);
+        }
+        if let Some(score) = own_place {
+            self.own_place.set(self.own_place.get().max(score));
+        }
+    }
+
+    fn own_place(&self) -> u64 {
+        self.own_place.get()
+    }
+}
+
 /// A named lock of one protocol, made from one client. Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct RawLock {
@@ -344,8 +370,9 @@ impl RawLock {
         let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
-        let attempt = |turn| self.attempt(keys, lease, token, (may_wait, turn, false), None);
-        let take_over = |passed| self.take_passed(keys, passed);
+        let told = Told::default();
+        let attempt = |turn| self.attempt(keys, lease, token, (may_wait, turn, false), Some(&told));
+        let take_over = |passed| self.take_passed(keys, passed, told.own_place());
         let taker = Taker {
             lease,
             fixed: self.fixed_lease.is_some(),
@@ -361,7 +388,8 @@ impl RawLock {
                 false => None,
             };
             let seen = early.as_ref().map_or(0, Subscription::seen);
-            match self.attempt(keys, lease, token, (may_wait, Turn::default(), true), None)? {
+            let first = (may_wait, Turn::default(), true);
+            match self.attempt(keys, lease, token, first, Some(&told))? {
                 Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held(..) if !may_wait => {
                     ctx.counters.gave_up_at_once();
@@ -457,7 +485,7 @@ impl RawLock {
             token: Arc::clone(token),
             dropped: Arc::clone(&dropped),
         })?;
-        let contact = Cell::new(None);
+        let told = Told::default();
         let result = self.waiting(|| {
             let queued = Queued {
                 lock_key: &self.lock_key,
@@ -476,10 +504,10 @@ impl RawLock {
                             lease,
                             token,
                             (true, Turn::default(), false),
-                            Some(&contact),
+                            Some(&told),
                         )
                     },
-                    |note| self.take_handed(keys, token, note, contact.get()),
+                    |note| self.take_handed(keys, token, note, told.contact.get()),
                 ),
                 || self.leave(keys, token),
             )
@@ -508,15 +536,14 @@ impl RawLock {
     /// attempt of an acquire, which expects a free lock, so that the lessor may take it
     /// without a script (`plain_take`; an attempt after a wait is the script, which registers
     /// the waiter again in the same round trip when someone else took the lock meanwhile). A
-    /// queued waiter's `contact` is set from each failed attempt that carries the server's
-    /// clock.
+    /// wait's `told` records what each failed attempt reports.
     fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
         token: &str,
         (queue, turn, first): (bool, Turn, bool),
-        contact: Option<&Cell<Option<Contact>>>,
+        told: Option<&Told>,
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
@@ -549,16 +576,19 @@ impl RawLock {
                 // Won after a wait: the attempts may have left the client a place among the
                 // lock's waiting clients, which its release sets right.
                 let cohort = self.passes_on().then(|| (Cohort::start(), !first));
-                let guard = self.acquired(keys, token, fencing_token, held_until, cohort)?;
+                let own_place = told.map_or(0, Told::own_place);
+                let at = (fencing_token, held_until);
+                let guard = self.acquired(keys, token, at, cohort, own_place)?;
                 Ok(Attempt::Acquired(guard.with_payload(payload)))
             }
             Attempted::Held {
                 wait,
                 release,
-                contact: seen,
+                contact,
+                own_place,
             } => {
-                if let (Some(contact), Some(seen)) = (contact, seen) {
-                    contact.set(Some(seen));
+                if let Some(told) = told {
+                    told.heard(contact, own_place);
                 }
                 Ok(Attempt::Held(wait, release))
             }
@@ -573,9 +603,9 @@ impl RawLock {
         &self,
         keys: &Arc<LockKeys>,
         token: &str,
-        fencing_token: u64,
-        expires_at: Instant,
+        (fencing_token, expires_at): (u64, Instant),
         cohort: Option<(Cohort, bool)>,
+        own_place: u64,
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
         let token: Arc<str> = Arc::from(token);
@@ -615,6 +645,7 @@ impl RawLock {
             acquired_at: ctx.counters.events.on().then(Instant::now),
             cohort: cohort.map(|(run, _)| run),
             hand_off: self.hand_off.filter(|_| cohort.is_some()),
+            own_place,
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
@@ -654,7 +685,7 @@ impl RawLock {
             return None;
         }
         let guard = self
-            .acquired(keys, token, fencing_token, held_until, None)
+            .acquired(keys, token, (fencing_token, held_until), None, 0)
             .ok()?;
         Counters::add(&self.ctx.counters.handed_over, 1);
         if let Some(id) = guard.renewal_id() {
@@ -685,13 +716,8 @@ impl RawLock {
     ) -> Result<LeaseGuard> {
         let keys = self.keys()?;
         let lease = self.lease()?;
-        self.acquired(
-            keys,
-            token,
-            fencing_token,
-            sent_at + self.ctx.counted(lease),
-            None,
-        )
+        let held_until = sent_at + self.ctx.counted(lease);
+        self.acquired(keys, token, (fencing_token, held_until), None, 0)
     }
 
     /// Whether holds of this lock taken by one thread may be passed to another thread of
@@ -704,13 +730,20 @@ impl RawLock {
 
     /// The guard of a lock that a holder of this client passed to this waiter (`take_over`
     /// of the contending wait): no round trip.
-    fn take_passed(&self, keys: &Arc<LockKeys>, passed: Passed) -> Result<LeaseGuard> {
+    /// `own_place`: the score of a place this waiter's attempts made while a sibling held
+    /// (0: none), which its release gives up.
+    fn take_passed(
+        &self,
+        keys: &Arc<LockKeys>,
+        passed: Passed,
+        own_place: u64,
+    ) -> Result<LeaseGuard> {
         let guard = self.acquired(
             keys,
             &passed.token,
-            passed.fencing_token,
-            passed.expires_at,
+            (passed.fencing_token, passed.expires_at),
             Some((passed.cohort, true)),
+            own_place,
         )?;
         Counters::add(&self.ctx.counters.passed_on, 1);
         Ok(guard)

@@ -1,7 +1,8 @@
 //! The reply of an acquire script: `{1, fencing token}` or `{0, milliseconds}`; after them,
 //! for a protocol that keeps a value under its lock, the value's stored bytes (or nil) and
 //! the fencing token of its writer, and for one whose releases hand the lock to a queued
-//! waiter, the server's clock when a waiter queued.
+//! waiter, the server's clock when a waiter queued; last, a `Mutex`'s place made while its
+//! caller's own client held the lock.
 
 use redis::{FromRedisValue, ParsingError, Value};
 
@@ -19,6 +20,9 @@ pub(crate) struct AcquireReply {
     pub(crate) payload_version: (u64, u64),
     /// The server's clock (ms) when the attempt ran, when the protocol sends it.
     pub(crate) server_ms: Option<i64>,
+    /// A failed attempt's place among the waiting, made while the caller's own client held
+    /// the lock: its score, which the caller's own release gives up (`mutex/take.lua`).
+    pub(crate) own_place: Option<u64>,
 }
 
 impl AcquireReply {
@@ -30,6 +34,7 @@ impl AcquireReply {
             payload: None,
             payload_version: (0, 0),
             server_ms: None,
+            own_place: None,
         }
     }
 
@@ -41,6 +46,7 @@ impl AcquireReply {
             payload: None,
             payload_version: (0, 0),
             server_ms: None,
+            own_place: None,
         }
     }
 }
@@ -67,12 +73,17 @@ impl FromRedisValue for AcquireReply {
                 .and_then(|text| parse_version(&text))
                 .unwrap_or((0, 0)),
         };
+        let own_place = match items.next() {
+            Some(Value::Int(score)) => u64::try_from(score).ok(),
+            _ => None,
+        };
         Ok(AcquireReply {
             taken: i64::from_redis_value(taken)?,
             value: i64::from_redis_value(value)?,
             payload,
             payload_version,
             server_ms,
+            own_place,
         })
     }
 }

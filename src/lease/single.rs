@@ -135,6 +135,7 @@ impl Single {
                 taken: 0,
                 value: wait_ms,
                 server_ms,
+                own_place,
                 ..
             } => Ok(Attempted::Held {
                 wait: Duration::from_millis(wait_ms.unsigned_abs()),
@@ -144,6 +145,7 @@ impl Single {
                     false => Release::Announced,
                 },
                 contact: server_ms.map(|server_ms| Contact { sent_at, server_ms }),
+                own_place,
             }),
             AcquireReply { taken, value, .. } => Err(Error::new(
                 ErrorKind::Server,

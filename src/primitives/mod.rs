@@ -141,18 +141,19 @@ mod tests {
         let (lock, fence, waiting) = ("t:{p}", "t:{p}:fence", "t:{p}:waiting");
         let a = "0123456789abcdef0123456789abcdef";
         let (first, later) = (format!("{a}:1"), format!("{a}:3"));
-        let acquire = |conn: &mut redis::Connection, token: &str, waits: &str| -> Vec<i64> {
-            mutex_script("mutex/acquire")
-                .key(lock)
-                .key(fence)
-                .key(waiting)
-                .arg(token)
-                .arg(30_000)
-                .arg(waits)
-                .invoke(conn)
-                .unwrap()
-        };
-        assert_eq!(acquire(&mut conn, &first, "more")[0], 1);
+        let acquire =
+            |conn: &mut redis::Connection, token: &str, waits: &str| -> Vec<Option<i64>> {
+                mutex_script("mutex/acquire")
+                    .key(lock)
+                    .key(fence)
+                    .key(waiting)
+                    .arg(token)
+                    .arg(30_000)
+                    .arg(waits)
+                    .invoke(conn)
+                    .unwrap()
+            };
+        assert_eq!(acquire(&mut conn, &first, "more")[0], Some(1));
         let passed: Vec<i64> = mutex_script("mutex/pass_on")
             .key(lock)
             .key(fence)
@@ -163,7 +164,7 @@ mod tests {
             .invoke(&mut conn)
             .unwrap();
         let passed_fence = passed[1];
-        assert_eq!(acquire(&mut conn, &later, "wait")[0], 0);
+        assert_eq!(acquire(&mut conn, &later, "wait")[0], Some(0));
         let before = announcements(&mut conn);
         let released: i64 = mutex_script("mutex/release_held")
             .key(lock)
@@ -189,6 +190,77 @@ mod tests {
             .query(&mut conn)
             .unwrap();
         assert!(left.is_empty(), "{left:?}");
+        drop(server);
+    }
+
+    /// The stale place (the second counterexample of `tests/wait_model.rs`): a sibling of
+    /// client A holds; A's waiting thread attempts after the lock was passed to it (the pass
+    /// reserved its token), so its place is not below that token; the thread then holds the
+    /// passed lock, and its release, with no other thread of A waiting, must give that place
+    /// up: client B, which waits, is named, not A.
+    #[test]
+    fn a_place_made_while_a_sibling_held_is_given_up_by_the_holds_release() {
+        let (server, mut conn) = start("stale-place");
+        let (lock, fence, waiting) = ("t:{s}", "t:{s}:fence", "t:{s}:waiting");
+        let (a, b) = (
+            "00000000000000000000000000000000",
+            "ffffffffffffffffffffffffffffffff",
+        );
+        let (sibling, waiter) = (format!("{a}:1"), format!("{a}:2"));
+        let acquire = |conn: &mut redis::Connection, token: &str| -> Vec<Option<i64>> {
+            mutex_script("mutex/acquire")
+                .key(lock)
+                .key(fence)
+                .key(waiting)
+                .arg(token)
+                .arg(30_000)
+                .arg("wait")
+                .invoke(conn)
+                .unwrap()
+        };
+        assert_eq!(acquire(&mut conn, &sibling)[0], Some(1));
+        let passed: Vec<i64> = mutex_script("mutex/pass_on")
+            .key(lock)
+            .key(fence)
+            .key(waiting)
+            .arg(&sibling)
+            .arg(1)
+            .arg(30_000)
+            .invoke(&mut conn)
+            .unwrap();
+        let passed_fence = passed[1];
+        // The waiter's attempt reaches Redis after the pass: its client's own holds the lock.
+        let told = acquire(&mut conn, &waiter);
+        assert_eq!(told[0], Some(0));
+        let own_place = told
+            .get(4)
+            .copied()
+            .flatten()
+            .expect("the score of the place is told");
+        assert!(own_place > passed_fence);
+        // B waits too, placed after A.
+        assert_eq!(acquire(&mut conn, &format!("{b}:1"))[0], Some(0));
+        // The waiter holds the passed lock and releases with no sibling waiting.
+        let bound = passed_fence.max(own_place + 1);
+        let released: i64 = mutex_script("mutex/release_held")
+            .key(lock)
+            .key(waiting)
+            .key(fence)
+            .arg(&sibling)
+            .arg("t:{s}:ch")
+            .arg(bound)
+            .arg("")
+            .arg(60_000)
+            .invoke(&mut conn)
+            .unwrap();
+        assert_eq!(released, 1);
+        let left: Vec<String> = redis::cmd("ZRANGE")
+            .arg(waiting)
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        assert!(left.is_empty(), "A was named, B left waiting: {left:?}");
         drop(server);
     }
 }

@@ -8,7 +8,9 @@
 -- attempt sent again after its reply was lost), `{0, remaining_ttl_ms}` when held by someone
 -- else (`{0, -remaining_ttl_ms}` when the holder is not a redmutex client, whose release
 -- nobody announces); then a caller that waits has its client added to the waiting clients
--- (for a lease past the holder's), so that a release names it in its turn.
+-- (for a lease past the holder's), so that a release names it in its turn. When the holder
+-- is of the caller's own client, `{0, remaining_ttl_ms, nil, nil, score}`: the score of the
+-- place it was given (see take.lua).
 -- Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 -- expiry, or the counter is not an integer; with Redis's own error (and changes nothing) when
 -- Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as held when

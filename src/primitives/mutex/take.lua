@@ -99,15 +99,25 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     forget_unseeded_fence(fence)
     return redis.error_reply('WRONGTYPE key ' .. lock .. ' has no expiry; it is not a lock')
   end
+  local placed
   if waits ~= '' then
     -- Waiting since the current hold (whose fencing token is the counter's value). When the
     -- holder is of the caller's own client, a place the client has is from before that hold,
-    -- and its release gives such a place up (mutex/release_held.lua): it counts from now,
-    -- so that the release keeps it and names the client.
-    local since = redis.pcall('GET', fence)
+    -- and that hold's release gives such a place up (mutex/release_held.lua): the place
+    -- counts from a new tick of the counter instead, later than the hold and than any place
+    -- taken before, and the caller is told it, so that its own release, should a sibling pass
+    -- it the lock, gives this place up and no later one.
     local own = string.sub(previous, 1, #client + 1) == client .. ':'
-    local added = register_waiter(waiting, token,
-      tonumber(type(since) == 'string' and since or '0') or 0, ttl + tonumber(lease), own)
+    local since
+    if own then
+      since = redis.pcall('INCR', fence)
+      placed = type(since) == 'number' and since or nil
+    end
+    if not placed then
+      since = redis.pcall('GET', fence)
+      since = tonumber(type(since) == 'string' and since or '0') or 0
+    end
+    local added = register_waiter(waiting, token, since, ttl + tonumber(lease), own)
     if added and overdue and not own then
       -- Named, and beaten to the lock (by another client): first in line, and the next
       -- release hands it over.
@@ -119,6 +129,9 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     -- `SET NX PX`): nobody will announce its release. The time left goes back negative,
     -- which tells the waiter to re-check with its backoff.
     return {0, -ttl}
+  end
+  if placed then
+    return {0, ttl, false, false, placed}
   end
   return {0, ttl}
 end
