@@ -63,7 +63,7 @@ impl LeaseGuard {
     }
 
     pub(crate) fn fixed_lease(&self) -> Option<Duration> {
-        self.hold.fixed_lease
+        self.hold.fixed_lease()
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -554,7 +554,7 @@ impl fmt::Debug for LeaseGuard {
         f.debug_struct("LeaseGuard")
             .field("name", &self.hold.name)
             .field("fencing_token", &self.hold.fencing_token)
-            .field("fixed_lease", &self.hold.fixed_lease)
+            .field("fixed_lease", &self.hold.fixed_lease())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

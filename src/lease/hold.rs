@@ -33,7 +33,8 @@ pub(crate) struct Hold {
     /// How many units of the lock exist (a semaphore's permits; 1 for a lock).
     pub(crate) capacity: u32,
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
-    pub(crate) fixed_lease: Option<Duration>,
+    /// In nanoseconds (saturated), so that the field is one word and a held lock small.
+    pub(crate) fixed_lease_ns: Option<NonZeroU64>,
     /// The renewal registration, for a renewed lease (ids start at 1: the niche keeps the
     /// field one word, and a held lock's memory small).
     pub(crate) renewal_id: Option<NonZeroU64>,
@@ -66,6 +67,16 @@ impl Held for Hold {
 }
 
 impl Hold {
+    /// A fixed lease as the hold keeps it.
+    pub(crate) fn fixed(lease: Option<Duration>) -> Option<NonZeroU64> {
+        lease.and_then(|d| NonZeroU64::new(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+    }
+
+    /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
+    pub(crate) fn fixed_lease(&self) -> Option<Duration> {
+        self.fixed_lease_ns.map(|ns| Duration::from_nanos(ns.get()))
+    }
+
     /// The id of the hold's registration with the renewal thread (none for a fixed lease).
     pub(crate) fn renewal_id(&self) -> Option<u64> {
         self.renewal_id.map(NonZeroU64::get)

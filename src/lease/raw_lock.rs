@@ -639,7 +639,7 @@ impl RawLock {
             token,
             fencing_token,
             capacity: self.capacity,
-            fixed_lease: self.fixed_lease,
+            fixed_lease_ns: Hold::fixed(self.fixed_lease),
             renewal_id,
             lease: lease_state,
             acquired_at: ctx.counters.events.on().then(Instant::now),

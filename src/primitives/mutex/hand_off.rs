@@ -54,7 +54,7 @@ impl HandOff for MutexProtocol {
             None => return None,
         };
         // A renewed lease goes on as it is; a fixed one is set anew in Redis for the new holder.
-        let renewed = hold.fixed_lease.is_none() && !taker.fixed;
+        let renewed = hold.fixed_lease().is_none() && !taker.fixed;
         let without_round_trip = cohort
             .pass_from_block()
             .filter(|_| renewed && hold.lease.expires_at() > Instant::now());
