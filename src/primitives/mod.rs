@@ -129,6 +129,70 @@ mod tests {
             .sum()
     }
 
+    /// The keys of the lock of the replayed cases: its key, fencing counter and waiting set.
+    type Keys = (&'static str, &'static str, &'static str);
+
+    /// `mutex/acquire.lua` for `token` (`waits` as the script takes it); its reply.
+    fn acquire(
+        conn: &mut redis::Connection,
+        keys: Keys,
+        token: &str,
+        waits: &str,
+    ) -> Vec<Option<i64>> {
+        let (lock, fence, waiting) = keys;
+        mutex_script("mutex/acquire")
+            .key(lock)
+            .key(fence)
+            .key(waiting)
+            .arg(token)
+            .arg(30_000)
+            .arg(waits)
+            .invoke(conn)
+            .unwrap()
+    }
+
+    /// `mutex/pass_on.lua` of the lock `token` holds: the new holder's fencing token.
+    fn pass_on(conn: &mut redis::Connection, keys: Keys, token: &str) -> i64 {
+        let (lock, fence, waiting) = keys;
+        let passed: Vec<i64> = mutex_script("mutex/pass_on")
+            .key(lock)
+            .key(fence)
+            .key(waiting)
+            .arg(token)
+            .arg(1)
+            .arg(30_000)
+            .invoke(conn)
+            .unwrap();
+        passed[1]
+    }
+
+    /// `mutex/release_held.lua` of the lock `token` holds, giving up places below `bound`
+    /// (no other thread of the client waits); 1 when released.
+    fn release_held(conn: &mut redis::Connection, keys: Keys, token: &str, bound: i64) -> i64 {
+        let (lock, fence, waiting) = keys;
+        mutex_script("mutex/release_held")
+            .key(lock)
+            .key(waiting)
+            .key(fence)
+            .arg(token)
+            .arg(format!("{lock}:ch"))
+            .arg(bound)
+            .arg("")
+            .arg(60_000)
+            .invoke(conn)
+            .unwrap()
+    }
+
+    /// The clients left among the waiting.
+    fn waiting_clients(conn: &mut redis::Connection, keys: Keys) -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(keys.2)
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap()
+    }
+
     /// The place lost between a client's hold and its own next waiter (the counterexample of
     /// `tests/wait_model.rs`, step by step): client A takes the lock with other threads of it
     /// waiting, which places A with the take's token; the lock is passed within A, with a new
@@ -138,57 +202,21 @@ mod tests {
     #[test]
     fn a_thread_that_waits_during_its_own_clients_hold_keeps_the_client_named() {
         let (server, mut conn) = start("lost-place");
-        let (lock, fence, waiting) = ("t:{p}", "t:{p}:fence", "t:{p}:waiting");
+        let keys = ("t:{p}", "t:{p}:fence", "t:{p}:waiting");
         let a = "0123456789abcdef0123456789abcdef";
         let (first, later) = (format!("{a}:1"), format!("{a}:3"));
-        let acquire =
-            |conn: &mut redis::Connection, token: &str, waits: &str| -> Vec<Option<i64>> {
-                mutex_script("mutex/acquire")
-                    .key(lock)
-                    .key(fence)
-                    .key(waiting)
-                    .arg(token)
-                    .arg(30_000)
-                    .arg(waits)
-                    .invoke(conn)
-                    .unwrap()
-            };
-        assert_eq!(acquire(&mut conn, &first, "more")[0], Some(1));
-        let passed: Vec<i64> = mutex_script("mutex/pass_on")
-            .key(lock)
-            .key(fence)
-            .key(waiting)
-            .arg(&first)
-            .arg(1)
-            .arg(30_000)
-            .invoke(&mut conn)
-            .unwrap();
-        let passed_fence = passed[1];
-        assert_eq!(acquire(&mut conn, &later, "wait")[0], Some(0));
+        assert_eq!(acquire(&mut conn, keys, &first, "more")[0], Some(1));
+        let passed_fence = pass_on(&mut conn, keys, &first);
+        assert_eq!(acquire(&mut conn, keys, &later, "wait")[0], Some(0));
         let before = announcements(&mut conn);
-        let released: i64 = mutex_script("mutex/release_held")
-            .key(lock)
-            .key(waiting)
-            .key(fence)
-            .arg(&first)
-            .arg("t:{p}:ch")
-            .arg(passed_fence)
-            .arg("")
-            .arg(60_000)
-            .invoke(&mut conn)
-            .unwrap();
+        let released = release_held(&mut conn, keys, &first, passed_fence);
         assert_eq!(released, 1);
         assert_eq!(
             announcements(&mut conn) - before,
             1,
             "the release named nobody: the waiting thread's client lost its place"
         );
-        let left: Vec<String> = redis::cmd("ZRANGE")
-            .arg(waiting)
-            .arg(0)
-            .arg(-1)
-            .query(&mut conn)
-            .unwrap();
+        let left = waiting_clients(&mut conn, keys);
         assert!(left.is_empty(), "{left:?}");
         drop(server);
     }
@@ -201,36 +229,16 @@ mod tests {
     #[test]
     fn a_place_made_while_a_sibling_held_is_given_up_by_the_holds_release() {
         let (server, mut conn) = start("stale-place");
-        let (lock, fence, waiting) = ("t:{s}", "t:{s}:fence", "t:{s}:waiting");
+        let keys = ("t:{s}", "t:{s}:fence", "t:{s}:waiting");
         let (a, b) = (
             "00000000000000000000000000000000",
             "ffffffffffffffffffffffffffffffff",
         );
         let (sibling, waiter) = (format!("{a}:1"), format!("{a}:2"));
-        let acquire = |conn: &mut redis::Connection, token: &str| -> Vec<Option<i64>> {
-            mutex_script("mutex/acquire")
-                .key(lock)
-                .key(fence)
-                .key(waiting)
-                .arg(token)
-                .arg(30_000)
-                .arg("wait")
-                .invoke(conn)
-                .unwrap()
-        };
-        assert_eq!(acquire(&mut conn, &sibling)[0], Some(1));
-        let passed: Vec<i64> = mutex_script("mutex/pass_on")
-            .key(lock)
-            .key(fence)
-            .key(waiting)
-            .arg(&sibling)
-            .arg(1)
-            .arg(30_000)
-            .invoke(&mut conn)
-            .unwrap();
-        let passed_fence = passed[1];
+        assert_eq!(acquire(&mut conn, keys, &sibling, "wait")[0], Some(1));
+        let passed_fence = pass_on(&mut conn, keys, &sibling);
         // The waiter's attempt reaches Redis after the pass: its client's own holds the lock.
-        let told = acquire(&mut conn, &waiter);
+        let told = acquire(&mut conn, keys, &waiter, "wait");
         assert_eq!(told[0], Some(0));
         let own_place = told
             .get(4)
@@ -239,27 +247,15 @@ mod tests {
             .expect("the score of the place is told");
         assert!(own_place > passed_fence);
         // B waits too, placed after A.
-        assert_eq!(acquire(&mut conn, &format!("{b}:1"))[0], Some(0));
+        assert_eq!(
+            acquire(&mut conn, keys, &format!("{b}:1"), "wait")[0],
+            Some(0)
+        );
         // The waiter holds the passed lock and releases with no sibling waiting.
         let bound = passed_fence.max(own_place + 1);
-        let released: i64 = mutex_script("mutex/release_held")
-            .key(lock)
-            .key(waiting)
-            .key(fence)
-            .arg(&sibling)
-            .arg("t:{s}:ch")
-            .arg(bound)
-            .arg("")
-            .arg(60_000)
-            .invoke(&mut conn)
-            .unwrap();
+        let released = release_held(&mut conn, keys, &sibling, bound);
         assert_eq!(released, 1);
-        let left: Vec<String> = redis::cmd("ZRANGE")
-            .arg(waiting)
-            .arg(0)
-            .arg(-1)
-            .query(&mut conn)
-            .unwrap();
+        let left = waiting_clients(&mut conn, keys);
         assert!(left.is_empty(), "A was named, B left waiting: {left:?}");
         drop(server);
     }
