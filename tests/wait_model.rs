@@ -539,17 +539,20 @@ impl Model for Handoff {
     }
 }
 
-fn check(model: Handoff) -> impl Checker<Handoff> {
+/// Every state of the protocol version `fix` for two clients, of two threads and one, two
+/// acquisitions each.
+fn check(fix: Fix) -> impl Checker<Handoff> {
+    let model = Handoff {
+        threads: vec![2, 1],
+        acquisitions: 2,
+        fix,
+    };
     model.checker().spawn_bfs().join()
 }
 
 #[test]
 fn the_model_finds_the_stale_place_of_the_protocol_before_its_fix() {
-    let checker = check(Handoff {
-        threads: vec![2, 1],
-        acquisitions: 2,
-        fix: Fix::LostPlace,
-    });
+    let checker = check(Fix::LostPlace);
     for property in [
         "exclusion",
         "fencing tokens rise",
@@ -567,11 +570,7 @@ fn the_model_finds_the_stale_place_of_the_protocol_before_its_fix() {
 
 #[test]
 fn the_model_finds_the_lost_place_of_the_protocol_before_its_fix() {
-    let checker = check(Handoff {
-        threads: vec![2, 1],
-        acquisitions: 2,
-        fix: Fix::Before,
-    });
+    let checker = check(Fix::Before);
     let path = checker
         .discovery("no waiter of a client missing from the set")
         .expect("the model no longer sees the lost place");
@@ -582,11 +581,7 @@ fn the_model_finds_the_lost_place_of_the_protocol_before_its_fix() {
 /// The scripts' protocol: every property holds.
 #[test]
 fn the_handoff_keeps_exclusion_and_rising_tokens_and_forgets_no_waiter() {
-    let checker = check(Handoff {
-        threads: vec![2, 1],
-        acquisitions: 2,
-        fix: Fix::StalePlace,
-    });
+    let checker = check(Fix::StalePlace);
     println!("states explored: {}", checker.unique_state_count());
     checker.assert_properties();
 }

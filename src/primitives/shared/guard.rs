@@ -58,16 +58,16 @@ impl<T: Serialize> SharedGuard<T> {
     }
 
     /// The version of this holder's next write (see [`version`](super::version)).
-    fn next_version(&mut self, lease: &LeaseGuard) -> String {
+    fn next_version(&mut self, fencing_token: u64) -> String {
         self.writes = self.writes.saturating_add(1);
-        super::version(lease.fencing_token(), self.writes)
+        super::version(fencing_token, self.writes)
     }
 
     /// Has `lease`'s release write `bytes` (empty: remove the value) as this holder's next
     /// write; `None`: release without writing.
     fn release_writing(&mut self, lease: &mut LeaseGuard, bytes: Option<Vec<u8>>) {
         let with = bytes.map(|bytes| {
-            let version = self.next_version(lease);
+            let version = self.next_version(lease.fencing_token());
             let with: ReleaseWith =
                 Box::new(move |keys, token| super::release_with(keys, token, &version, &bytes));
             with
@@ -220,14 +220,14 @@ impl<T: Serialize> SharedGuard<T> {
         let Some(bytes) = self.changed_bytes()? else {
             return Ok(());
         };
-        if let Some(lease) = self.inner.take() {
-            let version = self.next_version(&lease);
-            let written = lease.run_while_held(
-                "writing the value of",
-                &commit_call(lease.keys(), lease.token(), &version, &bytes),
-            );
-            self.inner = Some(lease);
-            written?;
+        if let Some(fencing_token) = self.lease().map(LeaseGuard::fencing_token) {
+            let version = self.next_version(fencing_token);
+            if let Some(lease) = self.lease() {
+                lease.run_while_held(
+                    "writing the value of",
+                    &commit_call(lease.keys(), lease.token(), &version, &bytes),
+                )?;
+            }
         }
         self.stored = Some(bytes);
         self.touched = false;
