@@ -131,7 +131,7 @@ impl LeaseGuard {
     pub(crate) fn keep_until_expiry(mut self) -> Result<Duration> {
         let remaining = self.verify();
         self.released = true;
-        if reentrancy::exit::<Hold>(self.ctx.id, &self.hold.lock_key) {
+        if reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
             if self.hold.cohort.is_some() {
                 self.ctx.gates.hold_ends(&self.hold.lock_key, false);
             }
@@ -209,7 +209,7 @@ impl LeaseGuard {
             return Ok(());
         }
         self.released = true;
-        if !reentrancy::exit::<Hold>(self.ctx.id, &self.hold.lock_key) {
+        if !reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
             return Ok(());
         }
         if std::thread::panicking() {

@@ -1,22 +1,18 @@
 //! One acquisition of a lock: what its guards need to renew, extend, check and release it.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::thread::LocalKey;
 use std::time::{Duration, Instant};
 
 use crate::connection::ScriptCall;
 use crate::error::Doing;
 use crate::error::Result;
-use crate::fast_hash::FastHashMap;
 use crate::keys::LockKeys;
 use crate::lease::context::LockContext;
 use crate::lease::lessor::{HoldCall, Site};
 use crate::lease::protocol::Protocol;
-use crate::lease::reentrancy::{Held, HoldTable};
-use crate::lease::state::{LeaseState, LostReason};
+use crate::lease::state::LeaseState;
 use crate::waiting::Cohort;
 
 /// A lock held by one thread, shared by all of its (re-entrant) guards.
@@ -49,21 +45,6 @@ pub(crate) struct Hold {
     /// The score of a place among the waiting that the attempts of the thread made while a
     /// sibling held the lock (0: none): this hold's release gives it up (`mutex/take.lua`).
     pub(crate) own_place: u64,
-}
-
-thread_local! {
-    /// This thread's holds through clients.
-    static HOLDS: HoldTable<Hold> = RefCell::new(FastHashMap::default());
-}
-
-impl Held for Hold {
-    fn table() -> &'static LocalKey<HoldTable<Hold>> {
-        &HOLDS
-    }
-
-    fn lost_reason(&self) -> Option<LostReason> {
-        self.lease.lost_reason()
-    }
 }
 
 impl Hold {

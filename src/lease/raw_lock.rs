@@ -162,10 +162,12 @@ impl RawLock {
         self.protocol.kind().name
     }
 
+    #[inline]
     pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
         self.keys.as_ref().map_err(Clone::clone)
     }
 
+    #[inline]
     fn lease(&self) -> Result<Duration> {
         match self.fixed_lease {
             Some(lease) => validate_lease(lease).map(|()| lease),
@@ -213,7 +215,7 @@ impl RawLock {
         if self.keys.is_err() {
             return 0;
         }
-        reentrancy::count::<Hold>(self.ctx.id, &self.lock_key)
+        reentrancy::count(self.ctx.id, &self.lock_key)
     }
 
     /// Releases the lock whoever holds it. Returns whether a lock was there.
@@ -332,11 +334,12 @@ impl RawLock {
         result
     }
 
+    #[inline]
     fn reenter(&self) -> Result<Option<LeaseGuard>> {
         if !self.protocol.reentrant() {
             return Ok(None);
         }
-        let hold = match reentrancy::reenter::<Hold>(self.ctx.id, &self.lock_key) {
+        let hold = match reentrancy::reenter(self.ctx.id, &self.lock_key) {
             Ok(Some(hold)) => hold,
             Ok(None) => return Ok(None),
             Err(reason) => {

@@ -1,35 +1,35 @@
 //! The per-thread hold map: which locks this thread holds, through which owner (a client, or
 //! a Redlock over several), how many times. Re-entry is answered here without a round trip.
-//! Written once for every lessor: each kind of hold ([`Held`]) has its own table on each
-//! thread, so that a lookup costs no dynamic type check.
+//!
+//! The map is a short list of owners (a thread rarely uses more than one client), each with
+//! its table keyed by the lock key. A lookup borrows the key: no reference count moves.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::LocalKey;
 
 use crate::fast_hash::FastHashMap;
+use crate::lease::hold::Hold;
 use crate::lease::state::LostReason;
 
-/// (owner id, lock key) — a lock held through one owner.
-pub(crate) type HoldKey = (u64, Arc<str>);
-
 /// A hold of this thread's, and how many of its guards live.
-pub(crate) struct LocalHold<H> {
+struct LocalHold {
     count: usize,
-    hold: Arc<H>,
+    hold: Arc<Hold>,
 }
 
-/// One thread's table of the holds of one kind.
-pub(crate) type HoldTable<H> = RefCell<FastHashMap<HoldKey, LocalHold<H>>>;
+/// The locks that this thread holds through one owner.
+struct OwnerHolds {
+    owner: u64,
+    holds: FastHashMap<Arc<str>, LocalHold>,
+}
 
-/// A kind of hold that the map keeps: it names its table, a `thread_local!` of its own, and
-/// says whether its lease was lost.
-pub(crate) trait Held: Sized + 'static {
-    fn table() -> &'static LocalKey<HoldTable<Self>>;
+/// Owners whose tables are empty are dropped only past this many, so that a thread that takes
+/// and releases one lock over and over keeps its table's memory.
+const KEPT_OWNERS: usize = 4;
 
-    /// Why the hold's lease is lost, if it is.
-    fn lost_reason(&self) -> Option<LostReason>;
+thread_local! {
+    static HOLDS: RefCell<Vec<OwnerHolds>> = const { RefCell::new(Vec::new()) };
 }
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
@@ -40,67 +40,83 @@ pub(crate) fn new_owner() -> u64 {
     NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
 }
 
+/// `f` on the table of `owner`'s holds on this thread, if it has one (and the thread is not
+/// being torn down).
+#[inline]
+fn with_table<R>(
+    owner: u64,
+    f: impl FnOnce(&mut FastHashMap<Arc<str>, LocalHold>) -> R,
+) -> Option<R> {
+    HOLDS
+        .try_with(|owners| {
+            let mut owners = owners.borrow_mut();
+            let table = owners.iter_mut().find(|o| o.owner == owner)?;
+            Some(f(&mut table.holds))
+        })
+        .ok()
+        .flatten()
+}
+
 /// When this thread holds the lock, counts one more hold and returns it; `Err` with the
 /// reason when its lease was lost (lost is final: it is not entered again).
-pub(crate) fn reenter<H: Held>(
-    owner: u64,
-    lock_key: &Arc<str>,
-) -> Result<Option<Arc<H>>, LostReason> {
-    H::table()
-        .try_with(|holds| {
-            let mut holds = holds.borrow_mut();
-            let Some(local) = holds.get_mut(&(owner, Arc::clone(lock_key))) else {
-                return Ok(None);
-            };
-            if let Some(reason) = local.hold.lost_reason() {
-                return Err(reason);
-            }
-            local.count += 1;
-            Ok(Some(Arc::clone(&local.hold)))
-        })
-        .unwrap_or(Ok(None))
+#[inline]
+pub(crate) fn reenter(owner: u64, lock_key: &str) -> Result<Option<Arc<Hold>>, LostReason> {
+    with_table(owner, |holds| {
+        let Some(local) = holds.get_mut(lock_key) else {
+            return Ok(None);
+        };
+        if let Some(reason) = local.hold.lease.lost_reason() {
+            return Err(reason);
+        }
+        local.count += 1;
+        Ok(Some(Arc::clone(&local.hold)))
+    })
+    .unwrap_or(Ok(None))
 }
 
 /// Records the first hold of a lock by this thread.
-pub(crate) fn enter<H: Held>(owner: u64, lock_key: &Arc<str>, hold: Arc<H>) {
+pub(crate) fn enter(owner: u64, lock_key: &Arc<str>, hold: Arc<Hold>) {
     // Fails only while the thread is being torn down; the guard still releases then.
-    let _ = H::table().try_with(|holds| {
-        holds
-            .borrow_mut()
-            .insert((owner, Arc::clone(lock_key)), LocalHold { count: 1, hold });
+    let _ = HOLDS.try_with(|owners| {
+        let mut owners = owners.borrow_mut();
+        let at = match owners.iter().position(|o| o.owner == owner) {
+            Some(at) => at,
+            None => {
+                if owners.len() >= KEPT_OWNERS {
+                    owners.retain(|o| !o.holds.is_empty());
+                }
+                owners.push(OwnerHolds {
+                    owner,
+                    holds: FastHashMap::default(),
+                });
+                owners.len() - 1
+            }
+        };
+        owners[at]
+            .holds
+            .insert(Arc::clone(lock_key), LocalHold { count: 1, hold });
     });
 }
 
 /// Counts one hold less. Returns `true` when that was the outermost one, so the caller must
 /// release the lock.
-pub(crate) fn exit<H: Held>(owner: u64, lock_key: &Arc<str>) -> bool {
-    H::table()
-        .try_with(|holds| {
-            let mut holds = holds.borrow_mut();
-            let key = (owner, Arc::clone(lock_key));
-            match holds.get_mut(&key) {
-                Some(local) if local.count > 1 => {
-                    local.count -= 1;
-                    false
-                }
-                Some(_) => {
-                    holds.remove(&key);
-                    true
-                }
-                None => true,
-            }
-        })
-        .unwrap_or(true)
+#[inline]
+pub(crate) fn exit(owner: u64, lock_key: &str) -> bool {
+    with_table(owner, |holds| match holds.get_mut(lock_key) {
+        Some(local) if local.count > 1 => {
+            local.count -= 1;
+            false
+        }
+        Some(_) => {
+            holds.remove(lock_key);
+            true
+        }
+        None => true,
+    })
+    .unwrap_or(true)
 }
 
 /// How many times this thread holds the lock now.
-pub(crate) fn count<H: Held>(owner: u64, lock_key: &Arc<str>) -> usize {
-    H::table()
-        .try_with(|holds| {
-            holds
-                .borrow()
-                .get(&(owner, Arc::clone(lock_key)))
-                .map_or(0, |l| l.count)
-        })
-        .unwrap_or(0)
+pub(crate) fn count(owner: u64, lock_key: &str) -> usize {
+    with_table(owner, |holds| holds.get(lock_key).map_or(0, |l| l.count)).unwrap_or(0)
 }
