@@ -24,7 +24,8 @@ use crate::lease::renewal::Registration;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{
-    self, Attempt, Cohort, Contending, Outage, Passed, Queued, Subscription, Taker, Turn,
+    self, Attempt, Cohort, Contending, Early, HoldsBegun, Outage, Passed, Queued, Subscription,
+    Taker, Turn,
 };
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
@@ -382,24 +383,31 @@ impl RawLock {
             kind: self.protocol.kind().name,
         };
         // Behind this client's other waiters, no attempt first.
-        let behind = may_wait && ctx.gates.has_waiters(&self.lock_key);
-        let early = if behind {
-            None
-        } else {
-            let early = match may_wait {
-                true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
-                false => None,
-            };
-            let seen = early.as_ref().map_or(0, Subscription::seen);
-            let first = (may_wait, Turn::default(), true);
-            match self.attempt(keys, lease, token, first, Some(&told))? {
-                Attempt::Acquired(guard) => return Ok(Some(guard)),
-                Attempt::Held(..) if !may_wait => {
-                    ctx.counters.gave_up_at_once();
-                    return Ok(None);
-                }
-                Attempt::Held(remaining, release) => {
-                    early.map(|sub| (sub, seen, remaining, release))
+        let first = match may_wait {
+            true => ctx.gates.attempt_first(&self.lock_key),
+            false => Some(HoldsBegun::default()),
+        };
+        let early = match first {
+            None => None,
+            Some(begun) => {
+                let live = match may_wait {
+                    true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
+                    false => None,
+                };
+                let seen = live.as_ref().map_or(0, Subscription::seen);
+                let first = (may_wait, Turn::default(), true);
+                match self.attempt(keys, lease, token, first, Some(&told))? {
+                    Attempt::Acquired(guard) => return Ok(Some(guard)),
+                    Attempt::Held(..) if !may_wait => {
+                        ctx.counters.gave_up_at_once();
+                        return Ok(None);
+                    }
+                    Attempt::Held(remaining, release) => live.map(|subscription| Early {
+                        subscription,
+                        seen,
+                        held: (remaining, release),
+                        begun,
+                    }),
                 }
             }
         };

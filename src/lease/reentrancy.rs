@@ -2,7 +2,9 @@
 //! a Redlock over several), how many times. Re-entry is answered here without a round trip.
 //!
 //! The map is a short list of owners (a thread rarely uses more than one client), each with
-//! its table keyed by the lock key. A lookup borrows the key: no reference count moves.
+//! its table keyed by the lock key. A lookup borrows the key: no reference count moves. A
+//! table that empties stays, with its memory, for the next owner that needs one: the list is
+//! as long as the most owners through which the thread held locks at once.
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,10 +25,6 @@ struct OwnerHolds {
     owner: u64,
     holds: FastHashMap<Arc<str>, LocalHold>,
 }
-
-/// Owners whose tables are empty are dropped only past this many, so that a thread that takes
-/// and releases one lock over and over keeps its table's memory.
-const KEPT_OWNERS: usize = 4;
 
 thread_local! {
     static HOLDS: RefCell<Vec<OwnerHolds>> = const { RefCell::new(Vec::new()) };
@@ -81,16 +79,21 @@ pub(crate) fn enter(owner: u64, lock_key: &Arc<str>, hold: Arc<Hold>) {
         let mut owners = owners.borrow_mut();
         let at = match owners.iter().position(|o| o.owner == owner) {
             Some(at) => at,
-            None => {
-                if owners.len() >= KEPT_OWNERS {
-                    owners.retain(|o| !o.holds.is_empty());
+            // An empty table (of an owner gone, or holding nothing here now) is taken over
+            // with the memory it grew, as one map for every owner would keep it.
+            None => match owners.iter().position(|o| o.holds.is_empty()) {
+                Some(empty) => {
+                    owners[empty].owner = owner;
+                    empty
                 }
-                owners.push(OwnerHolds {
-                    owner,
-                    holds: FastHashMap::default(),
-                });
-                owners.len() - 1
-            }
+                None => {
+                    owners.push(OwnerHolds {
+                        owner,
+                        holds: FastHashMap::default(),
+                    });
+                    owners.len() - 1
+                }
+            },
         };
         owners[at]
             .holds

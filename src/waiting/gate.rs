@@ -248,7 +248,17 @@ pub(crate) struct Gates {
 struct Shard {
     gates: FastHashMap<Arc<str>, Arc<Gate>>,
     held: FastHashMap<Arc<str>, LastHold>,
+    /// How many holds of this shard's locks began (see [`HoldsBegun`]).
+    holds_begun: u64,
 }
+
+/// How many holds of the locks of a shard had begun when a thread attempted outside its
+/// gate. A hold of its client that begins after that attempt may, on release, give up the
+/// place the attempt made (no thread of the client was in the gate yet): a thread that then
+/// leads the gate attempts again rather than count on that place (`tests/wait_model.rs`,
+/// the early place). Holds of other locks of the shard only cost such a thread an attempt.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) struct HoldsBegun(u64);
 
 /// How many shards a client's gates are kept in.
 const SHARDS: usize = 16;
@@ -271,6 +281,8 @@ pub(crate) struct GatePass<'a> {
     pub(crate) waited: bool,
     /// What this thread found when it entered.
     pub(crate) entered: Entered,
+    /// The holds of its shard's locks begun when it entered.
+    begun: HoldsBegun,
 }
 
 impl GatePass<'_> {
@@ -299,6 +311,11 @@ impl GatePass<'_> {
     pub(crate) fn sibling_holds(&self) -> bool {
         let shard = self.gates.shard(&self.key).lock();
         matches!(shard.held.get(&self.key), Some(LastHold::Now { .. }))
+    }
+
+    /// Whether a hold of a lock of this shard began between `mark` and this thread's entry.
+    pub(crate) fn held_since(&self, mark: HoldsBegun) -> bool {
+        self.begun != mark
     }
 
     /// The lock passed to this leader, if one was.
@@ -334,7 +351,9 @@ impl Gates {
     /// may have given the client a place among the lock's waiting clients); a hold passed on
     /// within the client keeps what the run knew.
     pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
-        let held = &mut self.shard(key).lock().held;
+        let mut shard = self.shard(key).lock();
+        shard.holds_begun += 1;
+        let held = &mut shard.held;
         let placed = placed || matches!(held.get(&**key), Some(LastHold::Now { placed: true }));
         held.insert(Arc::clone(key), LastHold::Now { placed });
     }
@@ -389,12 +408,23 @@ impl Gates {
     /// may pass on, or just gave it up to other clients: a thread that comes for it then
     /// goes through the gate.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        let shard = self.shard(key).lock();
+        Self::waiters_in(&self.shard(key).lock(), key)
+    }
+
+    fn waiters_in(shard: &Shard, key: &str) -> bool {
         shard.held.contains_key(key)
             || shard
                 .gates
                 .get(key)
                 .is_some_and(|g| g.state.lock().inside > 0)
+    }
+
+    /// For a thread that comes for `key` and may wait: `None` when it goes through the gate
+    /// ([`has_waiters`](Self::has_waiters)); else it attempts first, and this is what its
+    /// entry into the gate, should it fail, compares with.
+    pub(crate) fn attempt_first(&self, key: &str) -> Option<HoldsBegun> {
+        let shard = self.shard(key).lock();
+        (!Self::waiters_in(&shard, key)).then_some(HoldsBegun(shard.holds_begun))
     }
 
     /// What a thread entering `key`'s gate finds (`held`: its shard's, locked); forgets a
@@ -418,11 +448,12 @@ impl Gates {
     /// Enters the gate of `key` and waits to become its leader, until `deadline`. Returns
     /// `None` when the deadline passed first.
     pub(crate) fn lead(&self, key: &Arc<str>, deadline: Option<Instant>) -> Option<GatePass<'_>> {
-        let (gate, entered) = {
+        let (gate, entered, begun) = {
             let mut shard = self.shard(key).lock();
             let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
             gate.state.lock().inside += 1;
-            (gate, Gates::entered(&mut shard.held, key))
+            let begun = HoldsBegun(shard.holds_begun);
+            (gate, Gates::entered(&mut shard.held, key), begun)
         };
         let mut pass = GatePass {
             gates: self,
@@ -431,6 +462,7 @@ impl Gates {
             leader: false,
             waited: false,
             entered,
+            begun,
         };
         let mut state = pass.gate.state.lock();
         while state.leader {
@@ -459,6 +491,7 @@ impl Gates {
     pub(crate) fn try_lead(&self, key: &Arc<str>) -> Option<GatePass<'_>> {
         let mut shard = self.shard(key).lock();
         let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
+        let begun = HoldsBegun(shard.holds_begun);
         let mut state = gate.state.lock();
         if state.leader {
             return None;
@@ -474,6 +507,7 @@ impl Gates {
             leader: true,
             waited: false,
             entered: Entered::Plainly,
+            begun,
         })
     }
 }
@@ -552,5 +586,31 @@ mod tests {
         drop(leader);
         assert!(gates.lead(&key, Some(Instant::now())).is_some());
         assert!(!gates.has_waiters("k"));
+    }
+
+    /// The early place (`tests/wait_model.rs`): a thread that attempted outside the gate
+    /// learns on entering it whether a hold of its client began in between, whose release
+    /// may have given up the place its attempt made.
+    #[test]
+    fn a_leader_knows_whether_a_sibling_held_since_its_first_attempt() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        let mark = gates
+            .attempt_first(&key)
+            .expect("nobody waits: it attempts first");
+        let pass = gates.lead(&key, None).unwrap();
+        assert!(!pass.held_since(mark));
+        drop(pass);
+
+        let mark = gates.attempt_first(&key).unwrap();
+        // A sibling's hold begins (and ends) before the thread enters the gate.
+        gates.hold_begins(&key, true);
+        assert!(
+            gates.attempt_first(&key).is_none(),
+            "a sibling holds: through the gate"
+        );
+        let _ = gates.hold_ends(&key, false);
+        let pass = gates.lead(&key, None).unwrap();
+        assert!(pass.held_since(mark));
     }
 }

@@ -27,7 +27,7 @@ use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
 pub(crate) use gate::{
-    Baton, Cohort, Entered, GatePass, Gates, Passed, Place, Taker, COHORT_PASSES,
+    Baton, Cohort, Entered, GatePass, Gates, HoldsBegun, Passed, Place, Taker, COHORT_PASSES,
 };
 pub(crate) use outage::Outage;
 pub(crate) use pause::Pause;
@@ -76,11 +76,11 @@ pub(crate) struct Turn {
 pub(crate) const OVERDUE: Duration = Duration::from_millis(10);
 
 /// How long a leader that counts on its client's place among the waiting, kept by a sibling's
-/// winning attempt or release (it waits without an attempt of its own), waits at most before
-/// it attempts: a place lost all the same (the test of two clients of two busy threads each
-/// has seen a leader wait out the whole re-check period, 10 s, with its client not among the
-/// waiting) costs a second, not a re-check period. An attempt then puts the client back.
-const KEPT_PLACE_RECHECK: Duration = Duration::from_secs(1);
+/// winning attempt or release (it waits without an attempt of its own), waits before it
+/// attempts: until its client is named, with the re-check period as the safety net for an
+/// announcement gone astray, as every waiter. The model of the hand-off
+/// (`tests/wait_model.rs`) shows that no interleaving loses such a place.
+const KEPT_PLACE_WAIT: Duration = Duration::MAX;
 
 /// What the waiting loops use of a client.
 #[derive(Clone, Copy)]
@@ -102,11 +102,23 @@ pub(crate) struct Contending<'a> {
     pub(crate) channel: &'a Arc<str>,
     pub(crate) filter: Option<Arc<str>>,
     pub(crate) deadline: Option<Instant>,
-    /// A subscription live before a failed first attempt, with its wake-up count, the lock's
-    /// remaining lease and how its holder releases, from then.
-    pub(crate) early: Option<(Subscription, u64, Duration, Release)>,
+    /// A subscription live before a failed first attempt, and what the attempt found.
+    pub(crate) early: Option<Early>,
     /// How the waiter takes a lock passed to it within the client.
     pub(crate) taker: Taker,
+}
+
+/// A failed first attempt, made outside the gate with a subscription that was live before
+/// it: a leader that comes straight from it need not attempt again.
+pub(crate) struct Early {
+    pub(crate) subscription: Subscription,
+    /// The subscription's wake-up count before the attempt.
+    pub(crate) seen: u64,
+    /// The lock's remaining lease and how its holder releases, as the attempt found them.
+    pub(crate) held: (Duration, Release),
+    /// The holds begun before the attempt: one of the client's begun since may have given
+    /// up the place the attempt made.
+    pub(crate) begun: HoldsBegun,
 }
 
 /// A queued wait for a lock (see [`queue`]).
@@ -138,7 +150,8 @@ impl WaitContext<'_> {
 /// nor past `deadline`), until acquired.
 ///
 /// `early` is a subscription that was live before a failed first attempt, with its wake-up
-/// count and the lock's remaining lease from then: it saves an attempt here. So does a
+/// count and the lock's remaining lease from then: it saves an attempt here, unless a hold of
+/// the client began since that attempt (see [`HoldsBegun`]). So does a
 /// [`Baton`] left by the previous leader, which took the lock while this thread waited.
 ///
 /// With a filter (releases name one client), `attempt` is told whether other threads of
@@ -181,11 +194,7 @@ pub(crate) fn contend<W>(
     let seen = pause.seen();
     pass.listen(pause.signal(), taker);
     let mut skip_attempt = earlier.or_else(|| {
-        sibling_holds(&pass, &pause, named).then_some((
-            seen,
-            KEPT_PLACE_RECHECK,
-            Release::Announced,
-        ))
+        sibling_holds(&pass, &pause, named).then_some((seen, KEPT_PLACE_WAIT, Release::Announced))
     });
     // Only a first attempt before any wait: an attempt after an announcement that named
     // this client takes the lock.
@@ -244,16 +253,17 @@ type Earlier = (u64, Duration, Release);
 fn leader_subscription(
     w: WaitContext<'_>,
     pass: &GatePass<'_>,
-    early: Option<(Subscription, u64, Duration, Release)>,
+    early: Option<Early>,
     (channel, filter): (&Arc<str>, Option<Arc<str>>),
 ) -> (Option<Subscription>, Option<Earlier>) {
     match (pass.take_baton(), early) {
         (Some(baton), _) => (
             Some(baton.subscription),
-            Some((baton.seen, KEPT_PLACE_RECHECK, Release::Announced)),
+            Some((baton.seen, KEPT_PLACE_WAIT, Release::Announced)),
         ),
-        (None, Some((sub, seen, ttl, release))) if !pass.waited => {
-            (Some(sub), Some((seen, ttl, release)))
+        (None, Some(early)) if !pass.waited && !pass.held_since(early.begun) => {
+            let (ttl, release) = early.held;
+            (Some(early.subscription), Some((early.seen, ttl, release)))
         }
         _ => (w.subscriber.subscribe(channel, filter), None),
     }

@@ -1,0 +1,371 @@
+//! The hand-off model (`tests/wait_model/model.rs`, checked for every interleaving there)
+//! held to the scripts: random traces of the model run against a real Redis, each of the
+//! model's Redis steps as the real script with the arguments the client gives it, and after
+//! every step the keys Redis holds are compared with the ones the model predicts: the lock's
+//! token, the fencing counter, the waiting clients with their scores, how many releases named
+//! a client, and that every key left behind expires. A script that does what the model does
+//! not know fails here; so does a model step that no script does.
+
+#[allow(dead_code)]
+#[path = "../../../tests/wait_model/model.rs"]
+mod model;
+
+use std::collections::BTreeMap;
+
+use stateright::Model;
+
+use self::model::{Action, Fix, Handoff, Place, State, Thread, Token, OWED};
+use super::{announcements, mutex_script, start};
+
+const LOCK: &str = "m:{c}";
+const FENCE: &str = "m:{c}:fence";
+const WAITING: &str = "m:{c}:waiting";
+const CHANNEL: &str = "m:{c}:ch";
+/// Long enough that nothing expires during a trace.
+const LEASE_MS: u64 = 600_000;
+
+/// How many random traces, and the configuration they run: three clients (of two threads,
+/// two and one), three acquisitions each.
+const TRACES: u64 = 150;
+
+/// A model client's id as the scripts read it: 32 hex digits, in the model's order.
+fn client_id(c: u8) -> String {
+    format!("{c:032x}")
+}
+
+fn token_text((c, t, left): Token) -> String {
+    format!("{}:{t}-{left}", client_id(c))
+}
+
+/// The fencing counter starts at the server's clock (`lease/lua/fence.lua`), the model's at
+/// zero: counts and scores are compared past the offset the first take shows.
+#[derive(Clone, Copy, Default)]
+struct Offset(Option<i64>);
+
+impl Offset {
+    /// The model's count or score as Redis holds it (an owed score, or a score taken before
+    /// the counter existed, as it is).
+    fn real(self, model: i64) -> i64 {
+        match self.0 {
+            Some(offset) if model > 0 => model + offset,
+            _ => model,
+        }
+    }
+}
+
+/// What each kind of step did over all traces, so that the test knows it covered them.
+#[derive(Default, Debug)]
+struct Covered {
+    taken: u32,
+    taken_with_more: u32,
+    held: u32,
+    placed_own: u32,
+    short: u32,
+    owed: u32,
+    turns_taken: u32,
+    turns_expired: u32,
+    passed: u32,
+    released: [u32; 3],
+    named: u32,
+}
+
+/// Runs the Redis step of `action` (the model went from `before` to `after`) as the real
+/// script, and checks its reply against the model's.
+fn run_step(
+    conn: &mut redis::Connection,
+    model: &Handoff,
+    (before, after): (&State, &State),
+    action: Action,
+    (offset, covered): (&mut Offset, &mut Covered),
+) {
+    match action {
+        Action::RunAttempt(c, t) => {
+            run_attempt(conn, model, (before, after), (c, t), (offset, covered))
+        }
+        Action::RunRelease(c, t) => {
+            run_release(conn, model, (before, after), (c, t), (offset, covered))
+        }
+        Action::TurnExpires => {
+            // Time passes: the turn runs out in Redis.
+            let _: bool = redis::cmd("PEXPIRE").arg(LOCK).arg(1).query(conn).unwrap();
+            let started = std::time::Instant::now();
+            while redis::cmd("EXISTS").arg(LOCK).query::<bool>(conn).unwrap() {
+                assert!(started.elapsed().as_secs() < 10, "the turn does not expire");
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            covered.turns_expired += 1;
+        }
+        // The client's own steps, and a delivery: nothing in Redis changes.
+        _ => {}
+    }
+}
+
+/// `mutex/acquire.lua` for thread `(c, t)`'s attempt, its reply checked against the model's.
+fn run_attempt(
+    conn: &mut redis::Connection,
+    model: &Handoff,
+    (before, after): (&State, &State),
+    (c, t): (u8, u8),
+    (offset, covered): (&mut Offset, &mut Covered),
+) {
+    let token = Handoff::token(before, (c, t));
+    let waits = match model.thread(before, (c, t)) {
+        Thread::First { .. } => "wait",
+        Thread::Attempting { ask, .. } => ask.waits(),
+        other => panic!("an attempt from {other:?}"),
+    };
+    let reply: Vec<Option<i64>> = mutex_script("mutex/acquire")
+        .key(LOCK)
+        .key(FENCE)
+        .key(WAITING)
+        .arg(token_text(token))
+        .arg(LEASE_MS)
+        .arg(waits)
+        .invoke(conn)
+        .unwrap();
+    match model.thread(after, (c, t)) {
+        Thread::Holding { fence, .. } => {
+            assert_eq!(reply[0], Some(1), "{reply:?}");
+            let fence = i64::from(*fence);
+            let taken = reply[1].expect("a fencing token");
+            offset.0.get_or_insert(taken - fence);
+            assert_eq!(taken, offset.real(fence), "{reply:?}");
+            covered.taken += 1;
+            covered.taken_with_more += u32::from(waits.starts_with("more"));
+            covered.turns_taken += u32::from(before.redis.turn == Some(c));
+        }
+        now => {
+            assert_eq!(reply[0], Some(0), "{reply:?}");
+            let placed = (after.redis.counter > before.redis.counter)
+                .then(|| offset.real(i64::from(after.redis.counter)));
+            assert_eq!(reply.get(4).copied().flatten(), placed, "{reply:?}");
+            // A short wait: the 5 ms behind the others, or what is left of a turn.
+            let short = matches!(
+                now,
+                Thread::Sleeping { short: true, .. } | Thread::FirstFailed { short: true, .. }
+            );
+            let hint = reply[1].unwrap_or(0).abs();
+            let told = match (short, before.redis.turn.is_some()) {
+                // What is left of a turn (held on by the test: see `hold_turn`).
+                (true, true) => hint > 0,
+                (true, false) => (1..=20).contains(&hint),
+                (false, _) => hint > 20,
+            };
+            assert!(told, "{now:?} told {reply:?}");
+            covered.held += 1;
+            covered.placed_own += u32::from(placed.is_some());
+            covered.short += u32::from(short);
+            covered.owed += u32::from(
+                after.redis.waiting.get(&c) == Some(&OWED)
+                    && before.redis.waiting.get(&c) != Some(&OWED),
+            );
+        }
+    }
+}
+
+/// The pass or the release of thread `(c, t)`, its reply checked against the model's.
+fn run_release(
+    conn: &mut redis::Connection,
+    model: &Handoff,
+    (before, after): (&State, &State),
+    (c, t): (u8, u8),
+    (offset, covered): (&mut Offset, &mut Covered),
+) {
+    match *model.thread(before, (c, t)) {
+        Thread::Passing { token } => {
+            let reply: Vec<i64> = mutex_script("mutex/pass_on")
+                .key(LOCK)
+                .key(FENCE)
+                .key(WAITING)
+                .arg(token_text(token))
+                .arg(1)
+                .arg(LEASE_MS)
+                .invoke(conn)
+                .unwrap();
+            let counter = offset.real(i64::from(after.redis.counter));
+            assert_eq!(reply[..2], [1, counter], "{reply:?}");
+            covered.passed += 1;
+        }
+        Thread::Releasing {
+            token,
+            fence,
+            place,
+        } => {
+            let expected = i64::from(before.redis.lock == Some(token));
+            let token = token_text(token);
+            let (script, keys, args) = match place {
+                Place::Never => (
+                    "mutex/release",
+                    vec![LOCK, WAITING],
+                    vec![token, CHANNEL.into()],
+                ),
+                Place::Keep | Place::GiveUp => (
+                    "mutex/release_held",
+                    vec![LOCK, WAITING, FENCE],
+                    vec![
+                        token,
+                        CHANNEL.into(),
+                        offset.real(i64::from(fence)).to_string(),
+                        if place == Place::Keep { "more" } else { "" }.into(),
+                        (2 * LEASE_MS).to_string(),
+                    ],
+                ),
+            };
+            let gives_turn = before.redis.turn.is_none() && after.redis.turn.is_some();
+            let released = release(conn, mutex_script(script), (&keys, &args), gives_turn);
+            assert_eq!(released, expected, "{place:?}");
+            covered.released[place as usize] += 1;
+        }
+        ref other => panic!("a release from {other:?}"),
+    }
+}
+
+/// Runs a release script; its reply. A release that gives a client its owed turn holds it
+/// for 20 ms, and the model's time passes only in its steps: then the script runs in one
+/// transaction with a look at the turn's expiry and a longer one, so that the turn stays
+/// until the model lets it run out (`TurnExpires`).
+fn release(
+    conn: &mut redis::Connection,
+    script: &redis::Script,
+    (keys, args): (&[&str], &[String]),
+    gives_turn: bool,
+) -> i64 {
+    if !gives_turn {
+        let mut call = script.prepare_invoke();
+        for key in keys {
+            call.key(*key);
+        }
+        for arg in args {
+            call.arg(arg);
+        }
+        return call.invoke(conn).unwrap();
+    }
+    let _: String = script.load(conn).unwrap();
+    let (released, ttl, _): (i64, i64, bool) = redis::pipe()
+        .atomic()
+        .cmd("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .cmd("PTTL")
+        .arg(LOCK)
+        .cmd("PEXPIRE")
+        .arg(LOCK)
+        .arg(LEASE_MS)
+        .query(conn)
+        .unwrap();
+    assert!((1..=20).contains(&ttl), "a turn held for {ttl} ms");
+    released
+}
+
+/// The keys Redis holds against the model's: the lock's token, the counter, the waiting
+/// clients and their scores, an expiry on every key but the counter.
+fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: usize) {
+    let lock: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    let predicted = match (s.redis.lock, s.redis.turn) {
+        (Some(token), None) => Some(token_text(token)),
+        (None, Some(c)) => Some(format!("{}:turn", client_id(c))),
+        (None, None) => None,
+        both => panic!("a lock with a token and a turn: {both:?}"),
+    };
+    assert_eq!(lock, predicted, "the lock, step {step}");
+    let counter: Option<i64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
+    assert_eq!(
+        counter.unwrap_or(0),
+        offset.real(i64::from(s.redis.counter)),
+        "the counter, step {step}"
+    );
+    let waiting: Vec<(String, i64)> = redis::cmd("ZRANGE")
+        .arg(WAITING)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(conn)
+        .unwrap();
+    let waiting: BTreeMap<u8, i64> = waiting
+        .into_iter()
+        .map(|(client, score)| (u8::from_str_radix(&client, 16).unwrap(), score))
+        .collect();
+    let predicted: BTreeMap<u8, i64> = s
+        .redis
+        .waiting
+        .iter()
+        .map(|(&c, &score)| (c, offset.real(score)))
+        .collect();
+    assert_eq!(waiting, predicted, "the waiting clients, step {step}");
+    for key in [LOCK, WAITING] {
+        let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
+        assert!(ttl == -2 || ttl > 0, "{key} does not expire (step {step})");
+    }
+}
+
+/// One random trace (`seed`) to its end, every step compared.
+fn run_trace(conn: &mut redis::Connection, model: &Handoff, seed: u64, covered: &mut Covered) {
+    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut s = model.init_states().remove(0);
+    let mut offset = Offset::default();
+    let mut actions = Vec::new();
+    for step in 0.. {
+        actions.clear();
+        model.actions(&s, &mut actions);
+        let mut next: Vec<(Action, State)> = actions
+            .iter()
+            .filter_map(|&a| model.next_state(&s, a).map(|n| (a, n)))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        let (action, after) = next.swap_remove(rng.usize(..next.len()));
+        let published = announcements(conn);
+        run_step(conn, model, (&s, &after), action, (&mut offset, covered));
+        let named = after.redis.in_flight.len() > s.redis.in_flight.len();
+        assert_eq!(
+            announcements(conn) - published,
+            u64::from(named),
+            "announcements after {action:?}, step {step} of trace {seed}"
+        );
+        covered.named += u32::from(named);
+        compare_keys(conn, &after, offset, step);
+        s = after;
+    }
+    assert!(
+        s.threads.iter().flatten().all(|w| w.now == Thread::Idle),
+        "trace {seed} stopped with a thread waiting"
+    );
+}
+
+#[test]
+fn the_scripts_do_what_the_handoff_model_predicts() {
+    let (server, mut conn) = start("model-conformance");
+    let model = Handoff {
+        threads: vec![2, 2, 1],
+        acquisitions: 3,
+        fix: Fix::EarlyPlace,
+    };
+    let mut covered = Covered::default();
+    for seed in 0..TRACES {
+        run_trace(&mut conn, &model, seed, &mut covered);
+    }
+    println!("{covered:?}");
+    // Every kind of step ran, many times.
+    let c = &covered;
+    let counts = [
+        c.taken,
+        c.taken_with_more,
+        c.held,
+        c.placed_own,
+        c.short,
+        c.owed,
+        c.turns_taken,
+        c.turns_expired,
+        c.passed,
+        c.named,
+    ];
+    assert!(
+        counts.iter().chain(&c.released).all(|&n| n >= 10),
+        "{covered:?}"
+    );
+    drop(server);
+}

@@ -1,0 +1,706 @@
+//! The model of the `Mutex`'s hand-off between clients (see `tests/wait_model.rs`, which
+//! checks it, and `src/primitives/tests/model_conformance.rs`, which holds the scripts to it).
+//!
+//! Time appears only as the short waits that end by themselves: the 5 ms a client waits after
+//! it gave the lock up and finds it standing free (`after`), the 20 ms an owed turn is held for
+//! its client, the end of a yield (1 s). A thread that waits for anything else waits for a
+//! wake-up: a state in which it can do nothing else is one that only a re-check period would
+//! end, and the properties forbid it.
+
+use std::collections::BTreeMap;
+
+use stateright::{Model, Property};
+
+/// A token: the client, the thread and which of its acquisitions.
+pub(crate) type Token = (u8, u8, u8);
+
+/// The score of a client owed the next turn (`OWED` in `mutex/waiters.lua`).
+pub(crate) const OWED: i64 = -1;
+
+/// What a thread found when it entered its client's gate (`waiting::Entered`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Entered {
+    Plainly,
+    /// A sibling held the lock: no attempt first.
+    SiblingHeld,
+    /// Its client just gave the lock up to other clients: its first attempt waits behind
+    /// them.
+    Yielded,
+}
+
+/// What a leader's attempt asks (`waiting::Turn`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Ask {
+    /// Others wait in the gate.
+    pub(crate) more: bool,
+    /// Its client just gave the lock up: behind the others, even when the lock stands free.
+    pub(crate) after: bool,
+    /// It has waited long: named and beaten to the lock, its client is owed the next turn.
+    pub(crate) overdue: bool,
+}
+
+impl Ask {
+    /// What `mutex/acquire.lua` is told (`mutex::acquire_call`).
+    pub(crate) fn waits(self) -> &'static str {
+        match (self.more, self.after, self.overdue) {
+            (_, true, _) => "after",
+            (false, false, false) => "wait",
+            (true, false, false) => "more",
+            (false, false, true) => "wait overdue",
+            (true, false, true) => "more overdue",
+        }
+    }
+}
+
+/// What a thread is doing.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Thread {
+    /// Between acquisitions.
+    Idle,
+    /// Its first attempt, outside the gate, is on its way to Redis (`seen`: wake-ups before
+    /// it, on a subscription that was live already; `begun`: the client's holds begun
+    /// before it).
+    First { seen: u8, begun: u8 },
+    /// Its first attempt found the lock held (and put its client among the waiting): it
+    /// enters the gate next, with what the attempt told (a short wait or not).
+    FirstFailed { seen: u8, short: bool, begun: u8 },
+    /// In the gate behind the leader.
+    Follower { entered: Entered },
+    /// The gate's leader, about to take the baton or a subscription and decide whether to
+    /// attempt.
+    Deciding {
+        entered: Entered,
+        /// The first attempt's outcome, when it leads at once with a subscription that was
+        /// live before that attempt: it need not attempt again.
+        early: Option<(u8, bool)>,
+    },
+    /// The leader's attempt is on its way to Redis (`seen`: wake-ups before it).
+    Attempting { seen: u8, ask: Ask },
+    /// The leader waits for a wake-up after `seen`, or (`short`) for a few milliseconds.
+    Sleeping { seen: u8, short: bool },
+    /// Holds the lock (whose key holds `token`) with this fencing token.
+    Holding { token: Token, fence: u32 },
+    /// Decided to pass the lock to its gate's leader; the pass is on its way to Redis.
+    Passing { token: Token },
+    /// Decided to release in Redis, with what the release does with its client's place.
+    Releasing {
+        token: Token,
+        fence: u32,
+        place: Place,
+    },
+}
+
+/// What a release does with its client's place among the waiting (see `waiting::Place`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Place {
+    Never,
+    GiveUp,
+    Keep,
+}
+
+/// One client's gate for the lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Gate {
+    pub(crate) leader: Option<u8>,
+    pub(crate) inside: u8,
+    /// The wake-ups the baton's holder had seen before its winning attempt.
+    pub(crate) baton: Option<u8>,
+    /// A lock passed to the leader: its token and the new holder's fencing token.
+    pub(crate) passed: Option<(Token, u32)>,
+    /// A thread of the client holds the lock (`Some(placed)`), as `Gates::held` says.
+    pub(crate) held: Option<bool>,
+    /// The client gave the lock up to other clients a moment ago (`LastHold::Yielded`).
+    pub(crate) yielded: bool,
+    /// How many holds of the client began (`Gates::hold_begins`).
+    pub(crate) begun: u8,
+    /// The client's wake-ups (announcements that named it, pokes).
+    pub(crate) signal: u8,
+}
+
+/// Redis's keys of the lock, and the announcements on their way.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub(crate) struct Redis {
+    pub(crate) lock: Option<Token>,
+    /// The lock key holds this client's owed turn (`client:turn`) rather than a token.
+    pub(crate) turn: Option<u8>,
+    pub(crate) counter: u32,
+    /// The waiting clients and their scores (`mutex/waiters.lua`).
+    pub(crate) waiting: BTreeMap<u8, i64>,
+    /// Announcements naming a client, not yet delivered.
+    pub(crate) in_flight: Vec<u8>,
+}
+
+/// A thread: how many acquisitions it has left (the current one included), and what it does.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Worker {
+    pub(crate) left: u8,
+    pub(crate) now: Thread,
+    /// The score of a place this thread's attempts made while its own client held the lock
+    /// (0: none), which its own release gives up (`Fix::StalePlace`).
+    pub(crate) placed_at: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    pub(crate) redis: Redis,
+    pub(crate) gates: Vec<Gate>,
+    pub(crate) threads: Vec<Vec<Worker>>,
+    /// The fencing token of the last holder, and whether one ever went down.
+    pub(crate) last_fence: u32,
+    pub(crate) fence_fell: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
+    /// A thread calls `lock()`.
+    Lock(u8, u8),
+    /// Redis runs the acquire script of a thread's attempt.
+    RunAttempt(u8, u8),
+    /// A thread whose first attempt failed enters the gate; its subscription was live before
+    /// that attempt or not.
+    EnterGate(u8, u8, bool),
+    /// A follower becomes the leader of a gate nobody leads.
+    Promote(u8, u8),
+    /// The leader takes the baton or subscribes, and decides.
+    Decide(u8, u8),
+    /// A sleeping leader wakes (a wake-up came after what it had seen, or its short wait
+    /// ended); its next attempt is overdue or not.
+    Wake(u8, u8, bool),
+    /// A holder hands the lock to its gate's listening leader.
+    Pass(u8, u8),
+    /// A holder releases in Redis (the client decides what becomes of its place), giving
+    /// the lock up to other waiting clients (a yield) or not.
+    Release(u8, u8, bool),
+    /// Redis runs a pass or a release.
+    RunRelease(u8, u8),
+    /// Redis delivers the `i`-th announcement on its way.
+    Deliver(usize),
+    /// An owed turn nobody took runs out.
+    TurnExpires,
+    /// A client's yield is over.
+    YieldEnds(u8),
+}
+
+/// Which version of the protocol the model runs.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub(crate) enum Fix {
+    /// Before any fix: a place is added with `NX`, whoever holds.
+    Before,
+    /// The acquire script re-scores a place when its own client holds, and a take with
+    /// `more` always does.
+    LostPlace,
+    /// And a place made while its own client holds moves the counter, its score goes back to
+    /// the thread, and the thread's release gives it up.
+    StalePlace,
+    /// And a thread whose first attempt failed skips its attempt as the gate's leader only
+    /// when no hold of its client began since that attempt (whose release may have given up
+    /// the place the attempt made).
+    EarlyPlace,
+}
+
+/// The protocol, for clients with these many threads, each making `acquisitions`.
+pub(crate) struct Handoff {
+    pub(crate) threads: Vec<u8>,
+    pub(crate) acquisitions: u8,
+    pub(crate) fix: Fix,
+}
+
+/// What an attempt found, when it did not take the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refused {
+    /// The score of the place made while its own client held (told to the thread).
+    pub(crate) placed: Option<u32>,
+    /// The lock stands free for a moment or holds a turn: the wait is short.
+    pub(crate) short: bool,
+}
+
+impl Handoff {
+    pub(crate) fn thread<'a>(&self, s: &'a State, (c, t): (u8, u8)) -> &'a Thread {
+        &s.threads[c as usize][t as usize].now
+    }
+
+    /// The token of thread `(c, t)`'s current acquisition.
+    pub(crate) fn token(s: &State, (c, t): (u8, u8)) -> Token {
+        (c, t, s.threads[c as usize][t as usize].left)
+    }
+
+    /// Whether threads of client `c` wait for the lock, hold it or just gave it up
+    /// (`Gates::has_waiters`).
+    fn has_waiters(g: &Gate) -> bool {
+        g.held.is_some() || g.inside > 0 || g.yielded
+    }
+
+    /// `mutex/acquire.lua`: the fence when taken; else what the caller is told.
+    pub(crate) fn acquire(&self, r: &mut Redis, token: Token, ask: Ask) -> Result<u32, Refused> {
+        let client = token.0;
+        let free = r.lock.is_none() && r.turn.is_none();
+        if ask.after && free {
+            // Behind every client waiting now, for a moment.
+            r.waiting.insert(client, i64::from(r.counter));
+            return Err(Refused {
+                placed: None,
+                short: true,
+            });
+        }
+        if free || (r.lock.is_none() && r.turn == Some(client)) {
+            r.turn = None;
+            r.counter += 1;
+            r.lock = Some(token);
+            if ask.more && !ask.after {
+                // Behind every client waiting now: a place from before is stale.
+                if self.fix >= Fix::LostPlace {
+                    r.waiting.insert(client, i64::from(r.counter));
+                } else {
+                    r.waiting.entry(client).or_insert(i64::from(r.counter));
+                }
+            } else if ask.overdue {
+                r.waiting.remove(&client);
+            }
+            return Ok(r.counter);
+        }
+        let own = r.lock.is_some_and(|holder| holder.0 == client);
+        if own && self.fix >= Fix::StalePlace {
+            // Its own client holds: a place that counts from a new tick of the counter.
+            r.counter += 1;
+            r.waiting.insert(client, i64::from(r.counter));
+            return Err(Refused {
+                placed: Some(r.counter),
+                short: false,
+            });
+        }
+        let since = i64::from(r.counter);
+        let added = if self.fix >= Fix::LostPlace && own {
+            // A place from before its own client's hold is stale: it counts from now.
+            r.waiting.insert(client, since).is_none()
+        } else {
+            let added = !r.waiting.contains_key(&client);
+            r.waiting.entry(client).or_insert(since);
+            added
+        };
+        if added && ask.overdue && !own {
+            // Named, and beaten to the lock: owed the next turn.
+            r.waiting.insert(client, OWED);
+        }
+        Err(Refused {
+            placed: None,
+            short: r.turn.is_some(),
+        })
+    }
+
+    /// `name_next` (`mutex/waiters.lua`): the client of the lowest score is told; a client
+    /// owed its turn gets the lock held for it.
+    fn name_next(r: &mut Redis) {
+        let first = r
+            .waiting
+            .iter()
+            .min_by_key(|(client, score)| (**score, **client))
+            .map(|(client, score)| (*client, *score));
+        if let Some((client, score)) = first {
+            r.waiting.remove(&client);
+            if score < 0 {
+                r.turn = Some(client);
+            }
+            r.in_flight.push(client);
+        }
+    }
+
+    /// Records the score of a place a thread's attempt made while its own client held.
+    fn placed(s: &mut State, (c, t): (u8, u8), score: Option<u32>) {
+        if let Some(score) = score {
+            let worker = &mut s.threads[c as usize][t as usize];
+            worker.placed_at = worker.placed_at.max(score);
+        }
+    }
+
+    fn set(s: &mut State, (c, t): (u8, u8), to: Thread) {
+        s.threads[c as usize][t as usize].now = to;
+    }
+
+    /// A thread takes the lock: it leaves its gate (if in it), and the client's hold begins.
+    fn begin_hold(&self, s: &mut State, (c, t): (u8, u8), token: Token, fence: u32, placed: bool) {
+        if fence <= s.last_fence {
+            s.fence_fell = true;
+        }
+        s.last_fence = fence;
+        let g = &mut s.gates[c as usize];
+        let kept = matches!(g.held, Some(true));
+        g.held = Some(placed || kept);
+        g.yielded = false;
+        g.begun += 1;
+        Self::set(s, (c, t), Thread::Holding { token, fence });
+    }
+
+    /// The leader leaves its gate.
+    fn leave_gate(s: &mut State, c: u8) {
+        let g = &mut s.gates[c as usize];
+        g.leader = None;
+        g.inside -= 1;
+        if g.inside == 0 {
+            g.baton = None;
+        }
+    }
+
+    fn enter_gate(s: &mut State, (c, t): (u8, u8), early: Option<(u8, bool)>) {
+        let g = &mut s.gates[c as usize];
+        g.inside += 1;
+        let entered = match (g.held, g.yielded) {
+            (Some(_), _) => {
+                g.held = Some(true);
+                Entered::SiblingHeld
+            }
+            (None, true) => Entered::Yielded,
+            (None, false) => Entered::Plainly,
+        };
+        let next = match g.leader {
+            None => {
+                g.leader = Some(t);
+                Thread::Deciding { entered, early }
+            }
+            Some(_) => Thread::Follower { entered },
+        };
+        Self::set(s, (c, t), next);
+    }
+
+    /// The leader's attempt after it decided or woke; a passed lock, if any, first.
+    fn next_attempt(&self, s: &mut State, (c, t): (u8, u8), after: bool, overdue: bool) {
+        let g = &mut s.gates[c as usize];
+        match g.passed.take() {
+            Some((token, fence)) => {
+                let more = g.inside > 1;
+                let seen = g.signal;
+                Self::leave_gate(s, c);
+                if more {
+                    s.gates[c as usize].baton = Some(seen);
+                }
+                self.begin_hold(s, (c, t), token, fence, true);
+            }
+            None => {
+                let ask = Ask {
+                    more: g.inside > 1,
+                    after,
+                    overdue,
+                };
+                let seen = g.signal;
+                Self::set(s, (c, t), Thread::Attempting { seen, ask });
+            }
+        }
+    }
+
+    /// The clients of the threads that wait in a state in which nothing can happen any more
+    /// (only a re-check period would wake them): empty while anything can.
+    pub(crate) fn forgotten(&self, s: &State) -> Vec<u8> {
+        let mut next = Vec::new();
+        self.actions(s, &mut next);
+        if !next.is_empty() {
+            return Vec::new();
+        }
+        s.threads
+            .iter()
+            .enumerate()
+            .filter(|(_, workers)| workers.iter().any(|w| w.now != Thread::Idle))
+            .map(|(c, _)| c as u8)
+            .collect()
+    }
+
+    fn run_attempt(&self, s: &mut State, last: &State, (c, t): (u8, u8)) -> Option<()> {
+        let token = Self::token(last, (c, t));
+        match self.thread(last, (c, t)).clone() {
+            Thread::First { seen, begun } => {
+                match self.acquire(&mut s.redis, token, Ask::plain()) {
+                    Ok(fence) => self.begin_hold(s, (c, t), token, fence, false),
+                    Err(refused) => {
+                        Self::placed(s, (c, t), refused.placed);
+                        let short = refused.short;
+                        Self::set(s, (c, t), Thread::FirstFailed { seen, short, begun });
+                    }
+                }
+            }
+            Thread::Attempting { seen, ask } => match self.acquire(&mut s.redis, token, ask) {
+                Ok(fence) => {
+                    Self::leave_gate(s, c);
+                    if ask.more {
+                        s.gates[c as usize].baton = Some(seen);
+                    }
+                    self.begin_hold(s, (c, t), token, fence, true);
+                }
+                Err(refused) => {
+                    Self::placed(s, (c, t), refused.placed);
+                    let short = refused.short;
+                    Self::set(s, (c, t), Thread::Sleeping { seen, short });
+                }
+            },
+            _ => return None,
+        }
+        Some(())
+    }
+
+    fn release(s: &mut State, (c, t): (u8, u8), yielded: bool) -> Option<()> {
+        let Thread::Holding { token, fence } = s.threads[c as usize][t as usize].now else {
+            return None;
+        };
+        // A place of its own attempts, made while its client held, is given up too.
+        let placed_at = s.threads[c as usize][t as usize].placed_at;
+        let fence = fence.max(placed_at.saturating_add(1));
+        let g = &mut s.gates[c as usize];
+        let placed = g.held.take().unwrap_or(true);
+        g.yielded = yielded;
+        let place = match (g.inside > 0, placed) {
+            (true, _) => Place::Keep,
+            (false, true) => Place::GiveUp,
+            (false, false) => Place::Never,
+        };
+        let releasing = Thread::Releasing {
+            token,
+            fence,
+            place,
+        };
+        Self::set(s, (c, t), releasing);
+        Some(())
+    }
+
+    fn run_release(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
+        match s.threads[c as usize][t as usize].now {
+            Thread::Passing { token } => {
+                // `mutex/pass_on.lua`: a new fencing token for the leader.
+                if s.redis.lock != Some(token) {
+                    return None;
+                }
+                s.redis.counter += 1;
+                let g = &mut s.gates[c as usize];
+                g.passed = Some((token, s.redis.counter));
+                g.signal += 1;
+            }
+            Thread::Releasing {
+                token,
+                fence,
+                place,
+            } => {
+                if s.redis.lock == Some(token) {
+                    s.redis.lock = None;
+                    let r = &mut s.redis;
+                    match place {
+                        Place::Never => {}
+                        Place::Keep => {
+                            r.waiting.insert(c, i64::from(r.counter));
+                        }
+                        Place::GiveUp => {
+                            if r.waiting.get(&c).is_some_and(|&at| at < i64::from(fence)) {
+                                r.waiting.remove(&c);
+                            }
+                        }
+                    }
+                    Self::name_next(r);
+                }
+            }
+            _ => return None,
+        }
+        let worker = &mut s.threads[c as usize][t as usize];
+        worker.left -= 1;
+        worker.now = Thread::Idle;
+        worker.placed_at = 0;
+        Some(())
+    }
+}
+
+impl Ask {
+    /// A first attempt, outside the gate.
+    pub(crate) fn plain() -> Ask {
+        Ask {
+            more: false,
+            after: false,
+            overdue: false,
+        }
+    }
+}
+
+impl Model for Handoff {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            redis: Redis::default(),
+            gates: self.threads.iter().map(|_| Gate::default()).collect(),
+            threads: self
+                .threads
+                .iter()
+                .map(|&n| {
+                    (0..n)
+                        .map(|_| Worker {
+                            left: self.acquisitions,
+                            now: Thread::Idle,
+                            placed_at: 0,
+                        })
+                        .collect()
+                })
+                .collect(),
+            last_fence: 0,
+            fence_fell: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        // Another client waits in Redis: a run of passes may end by giving the lock up.
+        let contested = |c: usize| s.redis.waiting.keys().any(|&w| w as usize != c);
+        for (c, threads) in s.threads.iter().enumerate() {
+            let g = &s.gates[c];
+            for (t, worker) in threads.iter().enumerate() {
+                let (c, t) = (c as u8, t as u8);
+                match &worker.now {
+                    Thread::Idle if worker.left > 0 => actions.push(Action::Lock(c, t)),
+                    Thread::First { .. } | Thread::Attempting { .. } => {
+                        actions.push(Action::RunAttempt(c, t))
+                    }
+                    Thread::FirstFailed { .. } => {
+                        actions.push(Action::EnterGate(c, t, false));
+                        actions.push(Action::EnterGate(c, t, true));
+                    }
+                    Thread::Follower { .. } if g.leader.is_none() => {
+                        actions.push(Action::Promote(c, t))
+                    }
+                    Thread::Deciding { .. } => actions.push(Action::Decide(c, t)),
+                    Thread::Sleeping { seen, short } if g.signal > *seen || *short => {
+                        actions.push(Action::Wake(c, t, false));
+                        actions.push(Action::Wake(c, t, true));
+                    }
+                    Thread::Holding { .. } => {
+                        let listening = g.leader.is_some_and(|l| {
+                            matches!(
+                                threads[l as usize].now,
+                                Thread::Sleeping { .. } | Thread::Attempting { .. }
+                            )
+                        });
+                        if listening && g.passed.is_none() {
+                            actions.push(Action::Pass(c, t));
+                        }
+                        actions.push(Action::Release(c, t, false));
+                        if contested(c as usize) {
+                            actions.push(Action::Release(c, t, true));
+                        }
+                    }
+                    Thread::Passing { .. } | Thread::Releasing { .. } => {
+                        actions.push(Action::RunRelease(c, t))
+                    }
+                    _ => {}
+                }
+            }
+            if g.yielded {
+                actions.push(Action::YieldEnds(c as u8));
+            }
+        }
+        for i in 0..s.redis.in_flight.len() {
+            actions.push(Action::Deliver(i));
+        }
+        if s.redis.turn.is_some() {
+            actions.push(Action::TurnExpires);
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut s = last.clone();
+        match action {
+            Action::Lock(c, t) => {
+                let g = &s.gates[c as usize];
+                if Self::has_waiters(g) {
+                    Self::enter_gate(&mut s, (c, t), None);
+                } else {
+                    let (seen, begun) = (g.signal, g.begun);
+                    Self::set(&mut s, (c, t), Thread::First { seen, begun });
+                }
+            }
+            Action::RunAttempt(c, t) => self.run_attempt(&mut s, last, (c, t))?,
+            Action::EnterGate(c, t, live) => {
+                let Thread::FirstFailed { seen, short, begun } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                let unchanged = self.fix < Fix::EarlyPlace || s.gates[c as usize].begun == begun;
+                let early = (live && unchanged).then_some((seen, short));
+                Self::enter_gate(&mut s, (c, t), early);
+            }
+            Action::Promote(c, t) => {
+                let Thread::Follower { entered } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                s.gates[c as usize].leader = Some(t);
+                let early = None;
+                Self::set(&mut s, (c, t), Thread::Deciding { entered, early });
+            }
+            Action::Decide(c, t) => {
+                let Thread::Deciding { entered, early } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                let g = &mut s.gates[c as usize];
+                let sibling_held = entered == Entered::SiblingHeld;
+                // `leader_subscription` and `sibling_holds`: the baton's holder won with its
+                // client kept among the waiting; the first attempt placed it; a sibling holds,
+                // and its release keeps the place.
+                let skip = match (g.baton.take(), early) {
+                    (Some(seen), _) => Some((seen, false)),
+                    (None, Some(early)) => Some(early),
+                    (None, None) if sibling_held && g.held.is_some() => Some((g.signal, false)),
+                    (None, None) => None,
+                };
+                match skip {
+                    Some((seen, short)) => {
+                        Self::set(&mut s, (c, t), Thread::Sleeping { seen, short })
+                    }
+                    None => {
+                        let after = entered == Entered::Yielded;
+                        self.next_attempt(&mut s, (c, t), after, false);
+                    }
+                }
+            }
+            Action::Wake(c, t, overdue) => self.next_attempt(&mut s, (c, t), false, overdue),
+            Action::Pass(c, t) => {
+                let Thread::Holding { token, .. } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                Self::set(&mut s, (c, t), Thread::Passing { token });
+            }
+            Action::Release(c, t, yielded) => Self::release(&mut s, (c, t), yielded)?,
+            Action::RunRelease(c, t) => Self::run_release(&mut s, (c, t))?,
+            Action::Deliver(i) => {
+                let client = s.redis.in_flight.remove(i);
+                s.gates[client as usize].signal += 1;
+            }
+            Action::TurnExpires => s.redis.turn = None,
+            Action::YieldEnds(c) => s.gates[c as usize].yielded = false,
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("exclusion", |_, s: &State| {
+                let holding = s
+                    .threads
+                    .iter()
+                    .flatten()
+                    .filter(|w| matches!(w.now, Thread::Holding { .. }))
+                    .count();
+                holding <= 1
+            }),
+            Property::always("fencing tokens rise", |_, s: &State| !s.fence_fell),
+            Property::always("no waiter of a client missing from the set", |m, s| {
+                !m.forgotten(s)
+                    .iter()
+                    .any(|&c| !s.redis.waiting.contains_key(&c))
+            }),
+            Property::always("no waiter behind a stale place", |m, s| {
+                !m.forgotten(s)
+                    .iter()
+                    .any(|&c| s.redis.waiting.contains_key(&c))
+            }),
+            // The parts that only some runs reach are reached.
+            Property::sometimes("a client is owed its turn", |_, s: &State| {
+                s.redis.waiting.values().any(|&score| score == OWED)
+            }),
+            Property::sometimes("a release hands a turn over", |_, s: &State| {
+                s.redis.turn.is_some()
+            }),
+            Property::sometimes("a client yields", |_, s: &State| {
+                s.gates.iter().any(|g| g.yielded)
+            }),
+        ]
+    }
+}
