@@ -16,16 +16,24 @@
 //! forgotten (a state in which nothing can happen any more while a thread still waits, so
 //! that only a re-check period would wake it), whether its client is missing from the waiting
 //! set (a lost place) or a release named another client that had nobody waiting (a stale
-//! place). Three versions of the protocol ([`Fix`]): before the fix of the lost place, and
-//! before the fix of the stale place, each of which the model shows failing; and the
-//! scripts' own, which holds every property.
+//! place). Four versions of the protocol ([`Fix`]): before the fix of the lost place, before
+//! the fix of the stale place and before the fix of the early place, each of which the model
+//! shows failing (its shortest counterexample); and the protocol as the scripts and the
+//! client run it, which holds every property.
+//!
+//! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
+//! counter: exclusion, rising tokens, first come first served, and no waiter forgotten.
 
+#[allow(dead_code)]
+#[path = "wait_model/fair.rs"]
+mod fair;
 #[allow(dead_code)]
 #[path = "wait_model/model.rs"]
 mod model;
 
 use stateright::{Checker, HasDiscoveries, Model};
 
+use fair::FairQueue;
 use model::{Action, Fix, Handoff};
 
 /// Every state of the protocol version `fix` for two clients, of two threads and one, two
@@ -93,6 +101,21 @@ fn the_model_finds_the_early_place_of_the_protocol_before_its_fix() {
 #[test]
 fn the_handoff_keeps_exclusion_and_rising_tokens_and_forgets_no_waiter() {
     let checker = check(Fix::EarlyPlace);
+    println!("states explored: {}", checker.unique_state_count());
+    checker.assert_properties();
+}
+
+/// The `FairMutex`'s queue: exclusion, rising tokens, first come first served, and no
+/// waiter forgotten.
+#[test]
+fn the_fair_queue_serves_in_order_and_forgets_no_waiter() {
+    let checker = FairQueue {
+        threads: vec![2, 1],
+        acquisitions: 2,
+    }
+    .checker()
+    .spawn_bfs()
+    .join();
     println!("states explored: {}", checker.unique_state_count());
     checker.assert_properties();
 }

@@ -1,7 +1,9 @@
 //! Every script loads into a real Redis: a syntax error fails here, not in production.
 //! And the scripts' own cases that need an exact order of calls, which no client run can
-//! force. And the hand-off model held to the scripts (`model_conformance`).
+//! force. And the models of the hand-off held to the scripts (`model_conformance` for the
+//! `Mutex`, `fair_conformance` for the `FairMutex`).
 
+mod fair_conformance;
 mod model_conformance;
 
 use std::process::{Child, Command, Stdio};
@@ -73,6 +75,40 @@ fn every_script_loads_into_redis() {
     }
     assert_eq!(loaded, 38);
     drop(server);
+}
+
+/// One random trace of `model` from its first state to a state where nothing can happen
+/// (`seed` picks each step among those that can), on a Redis emptied first: `step` runs each
+/// step's part in Redis and compares (the state before, the step, the state after, its
+/// number). The trace must end `done`: with every thread idle.
+fn random_trace<M>(
+    conn: &mut redis::Connection,
+    (model, seed): (&M, u64),
+    mut step: impl FnMut(&mut redis::Connection, (&M::State, &M::State), M::Action, usize),
+    done: impl Fn(&M::State) -> bool,
+) where
+    M: stateright::Model,
+    M::Action: Copy,
+{
+    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut s = model.init_states().remove(0);
+    let mut actions = Vec::new();
+    for n in 0.. {
+        actions.clear();
+        model.actions(&s, &mut actions);
+        let mut next: Vec<(M::Action, M::State)> = actions
+            .iter()
+            .filter_map(|&a| model.next_state(&s, a).map(|n| (a, n)))
+            .collect();
+        if next.is_empty() {
+            break;
+        }
+        let (action, after) = next.swap_remove(rng.usize(..next.len()));
+        step(conn, (&s, &after), action, n);
+        s = after;
+    }
+    assert!(done(&s), "trace {seed} stopped with a thread waiting");
 }
 
 /// A `Mutex` script by name.

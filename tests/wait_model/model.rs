@@ -148,6 +148,9 @@ pub(crate) struct State {
     /// The fencing token of the last holder, and whether one ever went down.
     pub(crate) last_fence: u32,
     pub(crate) fence_fell: bool,
+    /// The clients owed their turn, and how many times another client took the lock in Redis
+    /// since (a client whose turn ran out is owed nothing any more).
+    pub(crate) barged: BTreeMap<u8, u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -407,7 +410,10 @@ impl Handoff {
         match self.thread(last, (c, t)).clone() {
             Thread::First { seen, begun } => {
                 match self.acquire(&mut s.redis, token, Ask::plain()) {
-                    Ok(fence) => self.begin_hold(s, (c, t), token, fence, false),
+                    Ok(fence) => {
+                        Self::taken_in_redis(s, c);
+                        self.begin_hold(s, (c, t), token, fence, false)
+                    }
                     Err(refused) => {
                         Self::placed(s, (c, t), refused.placed);
                         let short = refused.short;
@@ -417,6 +423,7 @@ impl Handoff {
             }
             Thread::Attempting { seen, ask } => match self.acquire(&mut s.redis, token, ask) {
                 Ok(fence) => {
+                    Self::taken_in_redis(s, c);
                     Self::leave_gate(s, c);
                     if ask.more {
                         s.gates[c as usize].baton = Some(seen);
@@ -425,6 +432,9 @@ impl Handoff {
                 }
                 Err(refused) => {
                     Self::placed(s, (c, t), refused.placed);
+                    if s.redis.waiting.get(&c) == Some(&OWED) {
+                        s.barged.entry(c).or_insert(0);
+                    }
                     let short = refused.short;
                     Self::set(s, (c, t), Thread::Sleeping { seen, short });
                 }
@@ -432,6 +442,15 @@ impl Handoff {
             _ => return None,
         }
         Some(())
+    }
+
+    /// Client `c` took the lock in Redis: it is owed nothing any more, and every other client
+    /// owed its turn was barged once more.
+    fn taken_in_redis(s: &mut State, c: u8) {
+        s.barged.remove(&c);
+        for (_, times) in s.barged.iter_mut() {
+            *times = times.saturating_add(1);
+        }
     }
 
     fn release(s: &mut State, (c, t): (u8, u8), yielded: bool) -> Option<()> {
@@ -536,6 +555,7 @@ impl Model for Handoff {
                 .collect(),
             last_fence: 0,
             fence_fell: false,
+            barged: BTreeMap::new(),
         }]
     }
 
@@ -663,7 +683,11 @@ impl Model for Handoff {
                 let client = s.redis.in_flight.remove(i);
                 s.gates[client as usize].signal += 1;
             }
-            Action::TurnExpires => s.redis.turn = None,
+            Action::TurnExpires => {
+                if let Some(c) = s.redis.turn.take() {
+                    s.barged.remove(&c);
+                }
+            }
             Action::YieldEnds(c) => s.gates[c as usize].yielded = false,
         }
         Some(s)
@@ -681,6 +705,11 @@ impl Model for Handoff {
                 holding <= 1
             }),
             Property::always("fencing tokens rise", |_, s: &State| !s.fence_fell),
+            // Owed its turn (it waited past `OVERDUE` and was beaten to the lock), a client
+            // takes the lock before another client takes it twice.
+            Property::always("bounded barging", |_, s: &State| {
+                s.barged.values().all(|&times| times < 2)
+            }),
             Property::always("no waiter of a client missing from the set", |m, s| {
                 !m.forgotten(s)
                     .iter()

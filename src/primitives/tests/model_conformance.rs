@@ -11,16 +11,14 @@
 mod model;
 
 use std::collections::BTreeMap;
-
-use stateright::Model;
+use std::sync::LazyLock;
 
 use self::model::{Action, Fix, Handoff, Place, State, Thread, Token, OWED};
-use super::{announcements, mutex_script, start};
+use super::{announcements, mutex_script, random_trace, start};
+use crate::keys::LockKeys;
 
-const LOCK: &str = "m:{c}";
-const FENCE: &str = "m:{c}:fence";
-const WAITING: &str = "m:{c}:waiting";
-const CHANNEL: &str = "m:{c}:ch";
+/// The lock's keys, as a `Mutex` named `c` has them.
+static KEYS: LazyLock<LockKeys> = LazyLock::new(|| LockKeys::new("m", "c").unwrap());
 /// Long enough that nothing expires during a trace.
 const LEASE_MS: u64 = 600_000;
 
@@ -82,14 +80,25 @@ fn run_step(
         Action::RunAttempt(c, t) => {
             run_attempt(conn, model, (before, after), (c, t), (offset, covered))
         }
-        Action::RunRelease(c, t) => {
-            run_release(conn, model, (before, after), (c, t), (offset, covered))
-        }
+        Action::RunRelease(c, t) => run_release(
+            conn,
+            model.thread(before, (c, t)),
+            (before, after),
+            (offset, covered),
+        ),
         Action::TurnExpires => {
             // Time passes: the turn runs out in Redis.
-            let _: bool = redis::cmd("PEXPIRE").arg(LOCK).arg(1).query(conn).unwrap();
+            let _: bool = redis::cmd("PEXPIRE")
+                .arg(KEYS.lock.as_str())
+                .arg(1)
+                .query(conn)
+                .unwrap();
             let started = std::time::Instant::now();
-            while redis::cmd("EXISTS").arg(LOCK).query::<bool>(conn).unwrap() {
+            while redis::cmd("EXISTS")
+                .arg(KEYS.lock.as_str())
+                .query::<bool>(conn)
+                .unwrap()
+            {
                 assert!(started.elapsed().as_secs() < 10, "the turn does not expire");
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
@@ -115,9 +124,9 @@ fn run_attempt(
         other => panic!("an attempt from {other:?}"),
     };
     let reply: Vec<Option<i64>> = mutex_script("mutex/acquire")
-        .key(LOCK)
-        .key(FENCE)
-        .key(WAITING)
+        .key(KEYS.lock.as_str())
+        .key(KEYS.fence.as_str())
+        .key(KEYS.waiting.as_str())
         .arg(token_text(token))
         .arg(LEASE_MS)
         .arg(waits)
@@ -163,20 +172,19 @@ fn run_attempt(
     }
 }
 
-/// The pass or the release of thread `(c, t)`, its reply checked against the model's.
+/// The pass or the release that `releasing` decided, its reply checked against the model's.
 fn run_release(
     conn: &mut redis::Connection,
-    model: &Handoff,
+    releasing: &Thread,
     (before, after): (&State, &State),
-    (c, t): (u8, u8),
     (offset, covered): (&mut Offset, &mut Covered),
 ) {
-    match *model.thread(before, (c, t)) {
+    match *releasing {
         Thread::Passing { token } => {
             let reply: Vec<i64> = mutex_script("mutex/pass_on")
-                .key(LOCK)
-                .key(FENCE)
-                .key(WAITING)
+                .key(KEYS.lock.as_str())
+                .key(KEYS.fence.as_str())
+                .key(KEYS.waiting.as_str())
                 .arg(token_text(token))
                 .arg(1)
                 .arg(LEASE_MS)
@@ -196,15 +204,19 @@ fn run_release(
             let (script, keys, args) = match place {
                 Place::Never => (
                     "mutex/release",
-                    vec![LOCK, WAITING],
-                    vec![token, CHANNEL.into()],
+                    vec![KEYS.lock.as_str(), KEYS.waiting.as_str()],
+                    vec![token, KEYS.channel.to_string()],
                 ),
                 Place::Keep | Place::GiveUp => (
                     "mutex/release_held",
-                    vec![LOCK, WAITING, FENCE],
+                    vec![
+                        KEYS.lock.as_str(),
+                        KEYS.waiting.as_str(),
+                        KEYS.fence.as_str(),
+                    ],
                     vec![
                         token,
-                        CHANNEL.into(),
+                        KEYS.channel.to_string(),
                         offset.real(i64::from(fence)).to_string(),
                         if place == Place::Keep { "more" } else { "" }.into(),
                         (2 * LEASE_MS).to_string(),
@@ -249,9 +261,9 @@ fn release(
         .arg(keys)
         .arg(args)
         .cmd("PTTL")
-        .arg(LOCK)
+        .arg(KEYS.lock.as_str())
         .cmd("PEXPIRE")
-        .arg(LOCK)
+        .arg(KEYS.lock.as_str())
         .arg(LEASE_MS)
         .query(conn)
         .unwrap();
@@ -262,7 +274,10 @@ fn release(
 /// The keys Redis holds against the model's: the lock's token, the counter, the waiting
 /// clients and their scores, an expiry on every key but the counter.
 fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: usize) {
-    let lock: Option<String> = redis::cmd("GET").arg(LOCK).query(conn).unwrap();
+    let lock: Option<String> = redis::cmd("GET")
+        .arg(KEYS.lock.as_str())
+        .query(conn)
+        .unwrap();
     let predicted = match (s.redis.lock, s.redis.turn) {
         (Some(token), None) => Some(token_text(token)),
         (None, Some(c)) => Some(format!("{}:turn", client_id(c))),
@@ -270,14 +285,17 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: u
         both => panic!("a lock with a token and a turn: {both:?}"),
     };
     assert_eq!(lock, predicted, "the lock, step {step}");
-    let counter: Option<i64> = redis::cmd("GET").arg(FENCE).query(conn).unwrap();
+    let counter: Option<i64> = redis::cmd("GET")
+        .arg(KEYS.fence.as_str())
+        .query(conn)
+        .unwrap();
     assert_eq!(
         counter.unwrap_or(0),
         offset.real(i64::from(s.redis.counter)),
         "the counter, step {step}"
     );
     let waiting: Vec<(String, i64)> = redis::cmd("ZRANGE")
-        .arg(WAITING)
+        .arg(KEYS.waiting.as_str())
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
@@ -294,7 +312,7 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: u
         .map(|(&c, &score)| (c, offset.real(score)))
         .collect();
     assert_eq!(waiting, predicted, "the waiting clients, step {step}");
-    for key in [LOCK, WAITING] {
+    for key in [KEYS.lock.as_str(), KEYS.waiting.as_str()] {
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
         assert!(ttl == -2 || ttl > 0, "{key} does not expire (step {step})");
     }
@@ -302,37 +320,23 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: u
 
 /// One random trace (`seed`) to its end, every step compared.
 fn run_trace(conn: &mut redis::Connection, model: &Handoff, seed: u64, covered: &mut Covered) {
-    let _: () = redis::cmd("FLUSHALL").query(conn).unwrap();
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let mut s = model.init_states().remove(0);
     let mut offset = Offset::default();
-    let mut actions = Vec::new();
-    for step in 0.. {
-        actions.clear();
-        model.actions(&s, &mut actions);
-        let mut next: Vec<(Action, State)> = actions
-            .iter()
-            .filter_map(|&a| model.next_state(&s, a).map(|n| (a, n)))
-            .collect();
-        if next.is_empty() {
-            break;
-        }
-        let (action, after) = next.swap_remove(rng.usize(..next.len()));
-        let published = announcements(conn);
-        run_step(conn, model, (&s, &after), action, (&mut offset, covered));
-        let named = after.redis.in_flight.len() > s.redis.in_flight.len();
-        assert_eq!(
-            announcements(conn) - published,
-            u64::from(named),
-            "announcements after {action:?}, step {step} of trace {seed}"
-        );
-        covered.named += u32::from(named);
-        compare_keys(conn, &after, offset, step);
-        s = after;
-    }
-    assert!(
-        s.threads.iter().flatten().all(|w| w.now == Thread::Idle),
-        "trace {seed} stopped with a thread waiting"
+    random_trace(
+        conn,
+        (model, seed),
+        |conn, (s, after), action, step| {
+            let published = announcements(conn);
+            run_step(conn, model, (s, after), action, (&mut offset, covered));
+            let named = after.redis.in_flight.len() > s.redis.in_flight.len();
+            assert_eq!(
+                announcements(conn) - published,
+                u64::from(named),
+                "announcements after {action:?}, step {step} of trace {seed}"
+            );
+            covered.named += u32::from(named);
+            compare_keys(conn, after, offset, step);
+        },
+        |s| s.threads.iter().flatten().all(|w| w.now == Thread::Idle),
     );
 }
 
