@@ -11,7 +11,7 @@ use crate::inspect::{self, LockInfo};
 use crate::lease::{reentrancy, Handle, LockContext};
 #[cfg(feature = "serde")]
 use crate::primitives::Shared;
-use crate::primitives::{FairMutex, MultiLock, Mutex, RwLock, Semaphore};
+use crate::primitives::{Election, FairMutex, MultiLock, Mutex, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 #[cfg(feature = "serde")]
@@ -84,6 +84,22 @@ impl Client {
     /// ```
     pub fn mutex(&self, name: impl AsRef<str>) -> Mutex {
         Mutex::new(Arc::clone(&self.shared), name.as_ref())
+    }
+
+    /// The election called `name`: one leader at a time among every process that campaigns
+    /// in it, with rising terms. Cheap; nothing is sent to Redis. See [`Election`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let leadership = client.election("scheduler").campaign("10.0.0.7:8080")?;
+    /// println!("leading, term {}", leadership.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl AsRef<str>) -> Election {
+        Election::new(Arc::clone(&self.shared), name.as_ref())
     }
 
     /// A handle to the fair (FIFO) lock called `name`: waiters get it in the order they asked

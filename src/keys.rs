@@ -39,9 +39,14 @@ pub(crate) mod suffix {
     pub(crate) const HOLDERS: &str = ":holders";
     pub(crate) const HELD: &str = ":held";
     pub(crate) const WANTS: &str = ":wants";
+    /// An election's leader (who leads, with which term and value) and its log of changes;
+    /// the channel that announces a change is named as a key would be (`:leader-ch`).
+    pub(crate) const LEADER: &str = ":leader";
+    pub(crate) const LEADER_LOG: &str = ":leader-log";
+    pub(crate) const LEADER_CHANNEL: &str = ":leader-ch";
 
     /// Every key under `P:{N}`: the suffixes, and the lock key itself (`""`) last.
-    pub(crate) const OF_LOCKS: [&str; 11] = [
+    pub(crate) const OF_LOCKS: [&str; 13] = [
         WRITER_WAITING,
         TIMEOUTS,
         READERS,
@@ -52,12 +57,14 @@ pub(crate) mod suffix {
         VALUE,
         FENCE,
         WANTS,
+        LEADER_LOG,
+        LEADER,
         "",
     ];
 
     /// The keys that stay when a lock is free and its value removed: they alone do not make a
     /// name one in use.
-    pub(crate) const LEFT_BEHIND: [&str; 2] = [FENCE, VALUE_FENCE];
+    pub(crate) const LEFT_BEHIND: [&str; 4] = [FENCE, VALUE_FENCE, LEADER, LEADER_LOG];
 
     /// Every key under `P:semaphore:{N}`.
     pub(crate) const OF_SEMAPHORES: [&str; 8] =

@@ -199,6 +199,7 @@ pub use keys::MAX_NAME_LEN;
 pub use lease::{LeaseWatch, PoisonInfo};
 #[cfg(feature = "serde")]
 pub use primitives::{Codec, Shared, SharedGuard, MAX_VALUE_LEN};
+pub use primitives::{Election, Leader, LeaderEvent, Leadership, Observer, MAX_LEADER_VALUE};
 pub use primitives::{
     Fair, FairMutex, Fenced, Lease, Lock, LockKind, MultiLock, MultiLockGuard, Mutex, MutexGuard,
     Plain, Redlock, RedlockBuilder, RedlockGuard, RedlockMutex, RwLock, RwLockReadGuard,

@@ -1,6 +1,6 @@
 //! The examples run as a user would run them, each against its own `redis-server`, and
 //! check themselves: the stock demo sells out with nothing oversold, the fleet's job runs
-//! exactly once, and no ID is handed out twice.
+//! exactly once, no ID is handed out twice, and a killed scheduler's leadership moves on.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -47,6 +47,11 @@ fn the_stock_demo_sells_out_without_overselling() {
         &["--processes", "3", "--threads", "3", "--stock", "300"],
         "OK: sold out, nothing oversold",
     );
+}
+
+#[test]
+fn the_schedulers_leader_is_replaced_when_killed() {
+    run("scheduler", &[], "OK: another instance took over");
 }
 
 #[test]

@@ -418,6 +418,16 @@ impl LeaseGuard {
     pub(crate) fn token(&self) -> &str {
         &self.hold.token
     }
+
+    /// The id of the client that holds it, as tokens and `lock_info` name it.
+    pub(crate) fn client_id(&self) -> &str {
+        self.ctx.tokens.client_uuid()
+    }
+
+    /// How many guards of this hold the thread has now (re-entry counts each).
+    pub(crate) fn holds(&self) -> usize {
+        reentrancy::count(self.ctx.id, &self.hold.lock_key)
+    }
 }
 
 /// What a guard of a kind that keeps a value under its lock carries.

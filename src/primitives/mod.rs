@@ -2,6 +2,7 @@
 //! beside it, how its waiters wait) to the shared lease machinery, and a public handle.
 
 mod acquire_family;
+mod election;
 mod fair_mutex;
 mod guard_traits;
 mod lock;
@@ -14,6 +15,7 @@ mod semaphore;
 #[cfg(feature = "serde")]
 mod shared;
 
+pub use election::{Election, Leader, LeaderEvent, Leadership, Observer, MAX_LEADER_VALUE};
 pub use fair_mutex::FairMutex;
 pub use guard_traits::{Fenced, Lease};
 pub use lock::{Fair, Lock, LockKind, Plain};

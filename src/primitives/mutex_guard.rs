@@ -38,6 +38,11 @@ impl MutexGuard {
         MutexGuard { inner }
     }
 
+    /// The hold under this guard, for kinds made of a `Mutex`.
+    pub(crate) fn lease(&self) -> &LeaseGuard {
+        &self.inner
+    }
+
     /// The fencing token of this acquisition: strictly greater than that of every earlier
     /// acquisition of the same lock name, by any client in any process. Re-entrant guards
     /// share their outer guard's token.

@@ -65,7 +65,8 @@ fn every_script_loads_into_redis() {
         .chain(super::rw_lock::scripts())
         .chain(super::semaphore::scripts())
         .chain(super::multi_lock::scripts())
-        .chain(super::shared::scripts());
+        .chain(super::shared::scripts())
+        .chain(super::election::scripts());
     let mut loaded = 0;
     for (name, script) in scripts {
         if let Err(e) = script.load(&mut conn) {
@@ -73,7 +74,7 @@ fn every_script_loads_into_redis() {
         }
         loaded += 1;
     }
-    assert_eq!(loaded, 38);
+    assert_eq!(loaded, 40);
     drop(server);
 }
 

@@ -1,0 +1,253 @@
+//! Elections against a real redis-server: one leader at a time with rising terms, who leads
+//! and what it announces, a resignation that hands over at once, a dead leader replaced, a
+//! lost leadership told, and observers that see every change in order.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redmutex::{Client, ErrorKind, LeaderEvent, MAX_LEADER_VALUE};
+use support::{within, RedisServer};
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+fn client(server: &RedisServer) -> Client {
+    Client::builder()
+        .backoff(Duration::from_millis(2), Duration::from_millis(50))
+        .open(server.url())
+        .expect("client")
+}
+
+/// Four clients (four "processes", each with its own client id) campaign, lead 20 ms and
+/// resign, 20 times each: never two leaders at once, and every term larger than the one
+/// before.
+#[test]
+fn one_leader_at_a_time_with_rising_terms() {
+    let server = RedisServer::start();
+    let leading = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let client = client(&server);
+            let (leading, terms, start) = (leading.clone(), terms.clone(), start.clone());
+            std::thread::spawn(move || {
+                let election = client.election("leader");
+                start.wait();
+                for _ in 0..20 {
+                    let leadership = election.campaign(format!("candidate-{i}")).unwrap();
+                    assert_eq!(leading.fetch_add(1, Ordering::SeqCst), 0, "two leaders");
+                    terms.lock().push(leadership.term());
+                    std::thread::sleep(Duration::from_millis(20));
+                    leading.fetch_sub(1, Ordering::SeqCst);
+                    leadership.resign().unwrap();
+                }
+            })
+        })
+        .collect();
+    within(LIMIT * 2, move || {
+        for t in threads {
+            t.join().unwrap();
+        }
+    });
+    let terms = terms.lock();
+    assert_eq!(terms.len(), 80);
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+}
+
+#[test]
+fn the_leader_is_known_with_its_value_term_and_client() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let election = a.election("gateway");
+    assert_eq!(b.election("gateway").leader().unwrap(), None);
+    let mut leadership = election.campaign("10.0.0.7:8080").unwrap();
+    let leader = b.election("gateway").leader().unwrap().expect("a leader");
+    assert_eq!(leader.value, "10.0.0.7:8080");
+    assert_eq!(leader.term, leadership.term());
+    assert!(leader.since <= std::time::SystemTime::now() + Duration::from_secs(5));
+    let holder = a
+        .lock_info("election:gateway")
+        .unwrap()
+        .holder
+        .expect("a holder");
+    assert!(holder.token.starts_with(&format!("{}:", leader.client_id)));
+
+    leadership.proclaim("10.0.0.7:9090").unwrap();
+    let moved = b.election("gateway").leader().unwrap().expect("a leader");
+    assert_eq!(moved.value, "10.0.0.7:9090");
+    assert_eq!((moved.term, moved.since), (leader.term, leader.since));
+
+    leadership.resign().unwrap();
+    assert_eq!(b.election("gateway").leader().unwrap(), None);
+}
+
+#[test]
+fn a_resignation_hands_over_at_once() {
+    let server = RedisServer::start();
+    let (a, b) = (client(&server), client(&server));
+    let leadership = a.election("handover").campaign("a").unwrap();
+    let first = leadership.term();
+    let waiting = std::thread::spawn(move || {
+        let leadership = b.election("handover").campaign("b").unwrap();
+        (Instant::now(), leadership.term())
+    });
+    // Let the candidate wait in Redis.
+    std::thread::sleep(Duration::from_millis(300));
+    let resigned = Instant::now();
+    leadership.resign().unwrap();
+    let (led, term) = within(LIMIT, move || waiting.join().unwrap());
+    assert!(term > first);
+    // Named by the release, not found by a re-check (10 s by default).
+    let after = led.duration_since(resigned);
+    assert!(
+        after < Duration::from_secs(2),
+        "handed over after {after:?}"
+    );
+}
+
+#[test]
+fn a_dead_leader_is_replaced_when_its_lease_runs_out() {
+    let server = RedisServer::start();
+    let dying = Client::builder()
+        .default_lease(Duration::from_secs(2))
+        .open(server.url())
+        .unwrap();
+    let leadership = dying.election("dead").campaign("a").unwrap();
+    let first = leadership.term();
+    // The process dies: nothing resigns, nothing renews.
+    std::mem::forget(leadership);
+    drop(dying);
+    let other = client(&server);
+    let taken = Instant::now();
+    let leadership = other.election("dead").campaign("b").unwrap();
+    assert!(leadership.term() > first);
+    assert!(taken.elapsed() < LIMIT);
+    let leader = other.election("dead").leader().unwrap().expect("a leader");
+    assert_eq!(
+        (leader.value.as_str(), leader.term),
+        ("b", leadership.term())
+    );
+}
+
+#[test]
+fn a_leader_whose_lock_was_taken_is_told_and_no_longer_counts() {
+    let server = RedisServer::start();
+    let client = Client::builder()
+        .default_lease(Duration::from_secs(3))
+        .renewal_interval(Duration::from_millis(200))
+        .open(server.url())
+        .unwrap();
+    let leadership = client.election("taken").campaign("a").unwrap();
+    let watch = leadership.lease_watch();
+    assert!(client.mutex("election:taken").force_unlock().unwrap());
+    // Who leads is read against the lock: the record left behind does not count.
+    assert_eq!(client.election("taken").leader().unwrap(), None);
+    assert!(watch.wait_timeout(LIMIT), "the loss was not told");
+    assert!(leadership.is_lost());
+    let err = leadership.resign().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn an_observer_sees_every_leader_in_order() {
+    let server = RedisServer::start();
+    let (a, b, watcher) = (client(&server), client(&server), client(&server));
+    let mut observer = watcher.election("watched").observe().unwrap();
+    let mut terms = Vec::new();
+    for round in 0..8 {
+        let leader = if round % 2 == 0 { &a } else { &b };
+        let leadership = leader
+            .election("watched")
+            .campaign(format!("r{round}"))
+            .unwrap();
+        terms.push(leadership.term());
+        std::thread::sleep(Duration::from_millis(150));
+        leadership.resign().unwrap();
+    }
+    let mut seen = Vec::new();
+    while let Some(event) = observer.recv_timeout(Duration::from_secs(2)).unwrap() {
+        seen.push(event);
+        if seen.len() == 16 {
+            break;
+        }
+    }
+    let expected: Vec<(u64, bool)> = terms
+        .iter()
+        .flat_map(|&t| [(t, true), (t, false)])
+        .collect();
+    let got: Vec<(u64, bool)> = seen
+        .iter()
+        .map(|e| match e {
+            LeaderEvent::Elected(l) => (l.term, true),
+            LeaderEvent::Proclaimed(l) => panic!("nobody proclaimed: {l:?}"),
+            LeaderEvent::Vacant { term } => (*term, false),
+        })
+        .collect();
+    assert_eq!(got, expected);
+    let values: Vec<&str> = seen
+        .iter()
+        .filter_map(|e| match e {
+            LeaderEvent::Elected(l) => Some(l.value.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(values, ["r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7"]);
+}
+
+#[test]
+fn an_observer_is_told_of_a_leader_whose_lease_ran_out() {
+    let server = RedisServer::start();
+    let watcher = Client::builder()
+        .renewal_interval(Duration::from_millis(200))
+        .open(server.url())
+        .unwrap();
+    let dying = Client::builder()
+        .default_lease(Duration::from_secs(1))
+        .open(server.url())
+        .unwrap();
+    let leadership = dying.election("expiring").campaign("a").unwrap();
+    let term = leadership.term();
+    let mut observer = watcher.election("expiring").observe().unwrap();
+    match observer.recv_timeout(LIMIT).unwrap() {
+        Some(LeaderEvent::Elected(l)) => assert_eq!(l.term, term),
+        other => panic!("{other:?}"),
+    }
+    std::mem::forget(leadership);
+    drop(dying);
+    assert_eq!(
+        observer.recv_timeout(LIMIT).unwrap(),
+        Some(LeaderEvent::Vacant { term })
+    );
+}
+
+#[test]
+fn run_while_leader_returns_the_work_and_resigns() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let election = client.election("job");
+    let term = election
+        .run_while_leader("worker", |leadership| {
+            assert_eq!(leadership.value(), "worker");
+            leadership.term()
+        })
+        .unwrap();
+    assert!(term > 0);
+    assert_eq!(election.leader().unwrap(), None);
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_is_sent() {
+    let server = RedisServer::start();
+    let client = client(&server);
+    let err = client.election("").campaign("a").unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let too_long = "x".repeat(MAX_LEADER_VALUE + 1);
+    let err = client.election("big").campaign(too_long).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(!client.mutex("election:big").is_locked().unwrap());
+    let err = client.election("").leader().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}
