@@ -8,8 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use redis::Commands;
 use redmutex::{Client, ErrorKind, LeaderEvent, MAX_LEADER_VALUE};
-use support::{within, RedisServer};
+use support::{read_marker, spawn_worker, within, worker_role, RedisServer};
+
+const ENTRY: &str = "election_worker_entry";
+
+/// The lease of the workers' leaderships: how long a dead leader holds the others up.
+const LEASE: Duration = Duration::from_secs(2);
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -18,6 +24,119 @@ fn client(server: &RedisServer) -> Client {
         .backoff(Duration::from_millis(2), Duration::from_millis(50))
         .open(server.url())
         .expect("client")
+}
+
+/// A worker process. `cycle`: campaigns, leads 20 ms (counting the leaders in Redis, which
+/// must be one, and logging its term) and resigns, 20 times. `lead`: leads until it loses the
+/// leadership, then says so, with its term.
+#[test]
+fn election_worker_entry() {
+    let Some((role, url, _)) = worker_role() else {
+        return;
+    };
+    let client = Client::builder()
+        .default_lease(LEASE)
+        .open(url.as_str())
+        .unwrap();
+    let election = client.election("processes");
+    let mut conn = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    match role.as_str() {
+        "cycle" => {
+            for _ in 0..20 {
+                let leadership = election.campaign(std::process::id().to_string()).unwrap();
+                let leaders: i64 = conn.incr("leaders", 1).unwrap();
+                let _: () = conn.rpush("terms", leadership.term()).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                let _: i64 = conn.decr("leaders", 1).unwrap();
+                leadership.resign().unwrap();
+                if leaders != 1 {
+                    println!("OVERLAP {leaders}");
+                }
+            }
+            println!("DONE");
+        }
+        _ => {
+            let leadership = election.campaign("stalling").unwrap();
+            println!("LEADING {}", leadership.term());
+            let lost = leadership
+                .lease_watch()
+                .wait_timeout(Duration::from_secs(120));
+            println!("LOST {lost} {}", leadership.term());
+        }
+    }
+}
+
+/// Four processes campaign, lead 20 ms and resign, 20 times each: never two leaders at once
+/// (counted in Redis), and every term larger than the one before.
+#[test]
+fn four_processes_never_lead_at_once_and_terms_rise() {
+    let server = RedisServer::start();
+    let mut workers: Vec<_> = (0..4)
+        .map(|_| spawn_worker(ENTRY, "cycle", &server.url(), ""))
+        .collect();
+    for worker in &mut workers {
+        let done = read_marker(worker, "DONE");
+        assert_eq!(done, "");
+    }
+    for mut worker in workers {
+        assert!(worker.wait().unwrap().success());
+    }
+    let mut conn = server.conn();
+    let terms: Vec<u64> = conn.lrange("terms", 0, -1).unwrap();
+    assert_eq!(terms.len(), 80);
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "{terms:?}");
+}
+
+/// A leader killed (`SIGKILL`: nothing resigns) is replaced when its lease runs out.
+#[test]
+fn a_killed_leader_is_replaced_when_its_lease_runs_out() {
+    let server = RedisServer::start();
+    let mut leader = spawn_worker(ENTRY, "lead", &server.url(), "");
+    let term: u64 = read_marker(&mut leader, "LEADING").parse().unwrap();
+    leader.kill().unwrap();
+    let killed = Instant::now();
+    let _ = leader.wait();
+    let client = client(&server);
+    let leadership = client.election("processes").campaign("next").unwrap();
+    let after = killed.elapsed();
+    assert!(leadership.term() > term);
+    // Within the lease and a little (measured: the lease plus a few ms); generous here.
+    assert!(
+        after < LEASE + Duration::from_secs(5),
+        "replaced after {after:?}"
+    );
+}
+
+/// A leader stalled past its lease (`SIGSTOP`) is replaced; running again, it is told that it
+/// lost, and its term is the smaller.
+#[test]
+fn a_stalled_leader_is_replaced_and_told_it_lost() {
+    let server = RedisServer::start();
+    let mut leader = spawn_worker(ENTRY, "lead", &server.url(), "");
+    let stdout = leader.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let mut next_line = move |prefix: &str| -> String {
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(at) = line.find(prefix) {
+                return line[at + prefix.len()..].trim().to_owned();
+            }
+        }
+        panic!("the worker ended without printing {prefix}");
+    };
+    let term: u64 = next_line("LEADING").parse().unwrap();
+    let pid = leader.id() as libc::pid_t;
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let client = client(&server);
+    let leadership = client.election("processes").campaign("next").unwrap();
+    assert!(leadership.term() > term);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let told = within(LIMIT, move || next_line("LOST"));
+    assert_eq!(told, format!("true {term}"));
+    let _ = leader.wait();
 }
 
 /// Four clients (four "processes", each with its own client id) campaign, lead 20 ms and
@@ -250,4 +369,26 @@ fn bad_input_is_refused_before_anything_is_sent() {
     assert!(!client.mutex("election:big").is_locked().unwrap());
     let err = client.election("").leader().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}
+
+/// A leadership is a guard like the others: generic code over `Lease` and `Fenced` takes it.
+#[test]
+fn a_leadership_is_a_fenced_lease() {
+    use redmutex::{Fenced, Lease};
+
+    fn step_down<L: Lease + Fenced>(guard: L, term: u64) -> redmutex::Result<()> {
+        assert_eq!(guard.fencing_token(), term);
+        assert!(guard.verify()? > Duration::ZERO);
+        guard.extend(Duration::from_secs(5))?;
+        guard.unlock()
+    }
+
+    let server = RedisServer::start();
+    let client = client(&server);
+    let election = client.election("generic");
+    let leadership = election.campaign("a").unwrap();
+    let term = leadership.term();
+    assert_eq!(Lease::name(&leadership), "generic");
+    step_down(leadership, term).unwrap();
+    assert_eq!(election.leader().unwrap(), None);
 }

@@ -1,6 +1,6 @@
 //! The `redmutex` command against a real `redis-server`, with locks held by another process:
-//! `list`, `show`, `watch`, `unlock` (with and without confirmation), `--json`, and the exit
-//! status of each failure.
+//! `list`, `show`, `watch`, `unlock` (with and without confirmation), `leader`, `--json`, and
+//! the exit status of each failure.
 
 #![cfg(feature = "cli")]
 
@@ -219,5 +219,79 @@ fn show_labels_a_semaphore_s_permits_held_and_in_all() {
             .count(),
         1,
         "{text}"
+    );
+}
+
+#[test]
+fn leader_names_who_leads_and_watch_prints_each_change() {
+    let server = RedisServer::start();
+    let out = redmutex(&server, &["leader", "scheduler"], "");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(text(&out).trim(), "scheduler: nobody leads");
+
+    // A leader in a thread of its own (a leadership stays on the thread that campaigned),
+    // until told to resign.
+    let (led, resign) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let url = server.url();
+    let first = std::thread::spawn(move || {
+        let client = Client::builder()
+            .client_name("scheduler-a")
+            .open(url.as_str())
+            .unwrap();
+        let leadership = client
+            .election("scheduler")
+            .campaign("10.0.0.7:8080")
+            .unwrap();
+        led.0.send(leadership.term()).unwrap();
+        let _ = resign.1.recv();
+        leadership.resign().unwrap();
+    });
+    let term = led.1.recv().unwrap();
+    // The client announces its name within half a second of its first lock.
+    let started = std::time::Instant::now();
+    let shown = loop {
+        let shown = text(&redmutex(&server, &["leader", "scheduler"], ""));
+        if shown.contains("held by scheduler-a on ") || started.elapsed().as_secs() > 30 {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        shown.contains(&format!("10.0.0.7:8080 leads, term {term}")),
+        "{shown}"
+    );
+    assert!(shown.contains("held by scheduler-a on "), "{shown}");
+    let out = redmutex(&server, &["--json", "leader", "scheduler"], "");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["leader"]["term"], term);
+    assert_eq!(v["leader"]["value"], "10.0.0.7:8080");
+
+    // The leader resigns while `--watch` runs, and another takes over.
+    let url = server.url();
+    let next = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(800));
+        resign.0.send(()).unwrap();
+        first.join().unwrap();
+        let client = Client::open(url.as_str()).unwrap();
+        let leadership = client
+            .election("scheduler")
+            .campaign("10.0.0.8:8080")
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        leadership.term()
+    });
+    let out = redmutex(
+        &server,
+        &["leader", "scheduler", "--watch", "--for", "3"],
+        "",
+    );
+    let next_term = next.join().unwrap();
+    let lines = text(&out);
+    let first = lines.find(&format!("elected: 10.0.0.7:8080 (term {term})"));
+    let vacant = lines.find(&format!("vacant: the term {term} ended"));
+    let second = lines.find(&format!("elected: 10.0.0.8:8080 (term {next_term})"));
+    assert!(
+        first.is_some() && vacant > first && second > vacant,
+        "watch printed:\n{lines}"
     );
 }

@@ -43,6 +43,7 @@ fn check(fix: Fix) -> impl Checker<Handoff> {
         threads: vec![2, 1],
         acquisitions: 2,
         fix,
+        faults: false,
     };
     model.checker().spawn_bfs().join()
 }
@@ -54,6 +55,7 @@ fn counterexample(fix: Fix, property: &'static str) -> Vec<Action> {
         threads: vec![2, 1],
         acquisitions: 2,
         fix,
+        faults: false,
     }
     .checker()
     .finish_when(HasDiscoveries::AnyOf([property].into()))
@@ -118,4 +120,27 @@ fn the_fair_queue_serves_in_order_and_forgets_no_waiter() {
     .join();
     println!("states explored: {}", checker.unique_state_count());
     checker.assert_properties();
+}
+
+/// With the faults: a lease that runs out under its holder (stalled, or cut off from Redis)
+/// and announcements lost on their way. A waiter may then be left to its re-check, as the
+/// protocol intends; what must hold still is that at most one thread holds the lock while
+/// its lease counts, and that the fencing tokens of the holds that count rise. The faults
+/// multiply the states: two configurations, two clients of two threads and one with one
+/// acquisition each, and two clients of one thread with two.
+#[test]
+fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
+    for (threads, acquisitions) in [(vec![2, 1], 1), (vec![1, 1], 2)] {
+        let checker = Handoff {
+            threads,
+            acquisitions,
+            fix: Fix::EarlyPlace,
+            faults: true,
+        }
+        .checker()
+        .spawn_bfs()
+        .join();
+        println!("states explored: {}", checker.unique_state_count());
+        checker.assert_properties();
+    }
 }

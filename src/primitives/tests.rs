@@ -112,6 +112,22 @@ fn random_trace<M>(
     assert!(done(&s), "trace {seed} stopped with a thread waiting");
 }
 
+/// Runs `script` with `keys` and `args`: its reply.
+fn eval<T: redis::FromRedisValue>(
+    conn: &mut redis::Connection,
+    script: &Script,
+    (keys, args): (&[&str], &[String]),
+) -> T {
+    let mut call = script.prepare_invoke();
+    for key in keys {
+        call.key(*key);
+    }
+    for arg in args {
+        call.arg(arg);
+    }
+    call.invoke(conn).unwrap()
+}
+
 /// A `Mutex` script by name.
 fn mutex_script(name: &str) -> &'static Script {
     super::mutex::scripts()

@@ -138,6 +138,9 @@ pub(crate) struct Worker {
     /// The score of a place this thread's attempts made while its own client held the lock
     /// (0: none), which its own release gives up (`Fix::StalePlace`).
     pub(crate) placed_at: u32,
+    /// The lease of its hold counts: it began while the lock held its token, and has not run
+    /// out since (`Action::Expire`).
+    pub(crate) leased: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -151,6 +154,9 @@ pub(crate) struct State {
     /// The clients owed their turn, and how many times another client took the lock in Redis
     /// since (a client whose turn ran out is owed nothing any more).
     pub(crate) barged: BTreeMap<u8, u8>,
+    /// A fault happened (a lease ran out under its holder, an announcement was lost): from
+    /// then on a waiter may be left to its re-check, as the protocol intends.
+    pub(crate) faulted: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -182,6 +188,11 @@ pub(crate) enum Action {
     TurnExpires,
     /// A client's yield is over.
     YieldEnds(u8),
+    /// Fault: the holder's lease runs out (it was stalled, or cut off from Redis): the lock
+    /// key is gone, and waiters wake at its expiry, as the hint of their attempt said.
+    Expire,
+    /// Fault: the `i`-th announcement on its way is lost (a subscriber reconnected).
+    Lose(usize),
 }
 
 /// Which version of the protocol the model runs.
@@ -201,11 +212,13 @@ pub(crate) enum Fix {
     EarlyPlace,
 }
 
-/// The protocol, for clients with these many threads, each making `acquisitions`.
+/// The protocol, for clients with these many threads, each making `acquisitions`; with the
+/// faults (`Expire`, `Lose`) or without.
 pub(crate) struct Handoff {
     pub(crate) threads: Vec<u8>,
     pub(crate) acquisitions: u8,
     pub(crate) fix: Fix,
+    pub(crate) faults: bool,
 }
 
 /// What an attempt found, when it did not take the lock.
@@ -321,10 +334,17 @@ impl Handoff {
 
     /// A thread takes the lock: it leaves its gate (if in it), and the client's hold begins.
     fn begin_hold(&self, s: &mut State, (c, t): (u8, u8), token: Token, fence: u32, placed: bool) {
-        if fence <= s.last_fence {
-            s.fence_fell = true;
+        // A hold whose lease ran out before it began (a lock passed on, taken after the
+        // lease expired) holds nothing: its guard is lost at once, and its lower token is
+        // what lets a resource refuse it.
+        let leased = s.redis.lock == Some(token);
+        if leased {
+            if fence <= s.last_fence {
+                s.fence_fell = true;
+            }
+            s.last_fence = fence;
         }
-        s.last_fence = fence;
+        s.threads[c as usize][t as usize].leased = leased;
         let g = &mut s.gates[c as usize];
         let kept = matches!(g.held, Some(true));
         g.held = Some(placed || kept);
@@ -479,16 +499,15 @@ impl Handoff {
 
     fn run_release(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
         match s.threads[c as usize][t as usize].now {
-            Thread::Passing { token } => {
-                // `mutex/pass_on.lua`: a new fencing token for the leader.
-                if s.redis.lock != Some(token) {
-                    return None;
-                }
+            // `mutex/pass_on.lua`: a new fencing token for the leader. A pass that finds the
+            // lease lost is the releasing guard's `LockLost`; the leader waits on.
+            Thread::Passing { token } if s.redis.lock == Some(token) => {
                 s.redis.counter += 1;
                 let g = &mut s.gates[c as usize];
                 g.passed = Some((token, s.redis.counter));
                 g.signal += 1;
             }
+            Thread::Passing { .. } => {}
             Thread::Releasing {
                 token,
                 fence,
@@ -549,6 +568,7 @@ impl Model for Handoff {
                             left: self.acquisitions,
                             now: Thread::Idle,
                             placed_at: 0,
+                            leased: false,
                         })
                         .collect()
                 })
@@ -556,6 +576,7 @@ impl Model for Handoff {
             last_fence: 0,
             fence_fell: false,
             barged: BTreeMap::new(),
+            faulted: false,
         }]
     }
 
@@ -613,6 +634,14 @@ impl Model for Handoff {
         }
         if s.redis.turn.is_some() {
             actions.push(Action::TurnExpires);
+        }
+        if self.faults {
+            if s.redis.lock.is_some() {
+                actions.push(Action::Expire);
+            }
+            for i in 0..s.redis.in_flight.len() {
+                actions.push(Action::Lose(i));
+            }
         }
     }
 
@@ -689,12 +718,29 @@ impl Model for Handoff {
                 }
             }
             Action::YieldEnds(c) => s.gates[c as usize].yielded = false,
+            Action::Expire => {
+                let expired = s.redis.lock.take();
+                s.faulted = true;
+                for w in s.threads.iter_mut().flatten() {
+                    match &mut w.now {
+                        Thread::Sleeping { short, .. } => *short = true,
+                        Thread::Holding { token, .. } if Some(*token) == expired => {
+                            w.leased = false
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            Action::Lose(i) => {
+                s.redis.in_flight.remove(i);
+                s.faulted = true;
+            }
         }
         Some(s)
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        vec![
+        let mut properties = vec![
             Property::always("exclusion", |_, s: &State| {
                 let holding = s
                     .threads
@@ -702,34 +748,70 @@ impl Model for Handoff {
                     .flatten()
                     .filter(|w| matches!(w.now, Thread::Holding { .. }))
                     .count();
+                s.faulted || holding <= 1
+            }),
+            // Under faults: at most one thread holds the lock while its lease counts (it began
+            // while the lock held its token and has not run out since); a holder whose lease
+            // ran out is told (`is_lost`).
+            Property::always("exclusion of the leases that count", |_, s: &State| {
+                let holding = s
+                    .threads
+                    .iter()
+                    .flatten()
+                    .filter(|w| w.leased && matches!(w.now, Thread::Holding { .. }))
+                    .count();
                 holding <= 1
             }),
             Property::always("fencing tokens rise", |_, s: &State| !s.fence_fell),
             // Owed its turn (it waited past `OVERDUE` and was beaten to the lock), a client
             // takes the lock before another client takes it twice.
             Property::always("bounded barging", |_, s: &State| {
-                s.barged.values().all(|&times| times < 2)
+                s.faulted || s.barged.values().all(|&times| times < 2)
             }),
-            Property::always("no waiter of a client missing from the set", |m, s| {
-                !m.forgotten(s)
-                    .iter()
-                    .any(|&c| !s.redis.waiting.contains_key(&c))
-            }),
-            Property::always("no waiter behind a stale place", |m, s| {
-                !m.forgotten(s)
-                    .iter()
-                    .any(|&c| s.redis.waiting.contains_key(&c))
-            }),
+            Property::always(
+                "no waiter of a client missing from the set",
+                |m: &Handoff, s: &State| {
+                    s.faulted
+                        || !m
+                            .forgotten(s)
+                            .iter()
+                            .any(|&c| !s.redis.waiting.contains_key(&c))
+                },
+            ),
+            Property::always(
+                "no waiter behind a stale place",
+                |m: &Handoff, s: &State| {
+                    s.faulted
+                        || !m
+                            .forgotten(s)
+                            .iter()
+                            .any(|&c| s.redis.waiting.contains_key(&c))
+                },
+            ),
+        ];
+        properties.extend(match self.faults {
             // The parts that only some runs reach are reached.
-            Property::sometimes("a client is owed its turn", |_, s: &State| {
-                s.redis.waiting.values().any(|&score| score == OWED)
-            }),
-            Property::sometimes("a release hands a turn over", |_, s: &State| {
-                s.redis.turn.is_some()
-            }),
-            Property::sometimes("a client yields", |_, s: &State| {
-                s.gates.iter().any(|g| g.yielded)
-            }),
-        ]
+            false => vec![
+                Property::sometimes("a client is owed its turn", |_, s: &State| {
+                    s.redis.waiting.values().any(|&score| score == OWED)
+                }),
+                Property::sometimes("a release hands a turn over", |_, s: &State| {
+                    s.redis.turn.is_some()
+                }),
+                Property::sometimes("a client yields", |_, s: &State| {
+                    s.gates.iter().any(|g| g.yielded)
+                }),
+            ],
+            true => vec![Property::sometimes(
+                "a lease runs out under its holder",
+                |_, s: &State| {
+                    s.threads.iter().flatten().any(|w| match w.now {
+                        Thread::Holding { token, .. } => s.redis.lock != Some(token),
+                        _ => false,
+                    })
+                },
+            )],
+        });
+        properties
     }
 }

@@ -57,6 +57,17 @@ pub enum Command {
         #[arg(long = "for", value_name = "SECS", value_parser = seconds)]
         limit: Option<Duration>,
     },
+    /// Who leads an election: value, term, since when, holder process
+    Leader {
+        #[arg(value_parser = lock_name)]
+        name: String,
+        /// Print every change of leader as it happens
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: stop after this many seconds
+        #[arg(long = "for", value_name = "SECS", value_parser = seconds)]
+        limit: Option<Duration>,
+    },
     /// Delete a lock whoever holds it, and wake its waiters
     Unlock {
         #[arg(value_parser = lock_name)]

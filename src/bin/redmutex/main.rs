@@ -1,11 +1,12 @@
 //! `redmutex`: who holds what. Lists the locks in Redis with their holders (the client's name,
 //! host, process and thread), how long they have held them, their leases, fencing counters
-//! and waiters; shows one; watches one; unlocks one.
+//! and waiters; shows one; watches one; unlocks one; tells who leads an election.
 //!
 //! Built with the `cli` feature: `cargo install redmutex --features cli`, or
 //! `cargo run --features cli --bin redmutex -- list`.
 
 mod args;
+mod leader;
 mod render;
 
 use std::io::{BufRead, IsTerminal, Write};
@@ -72,6 +73,9 @@ fn run(args: &Args) -> redmutex::Result<u8> {
             0
         }
         Command::Watch { name, limit } => watch(&client, name, *limit, args.json)?,
+        Command::Leader { name, watch, limit } => {
+            leader::leader(&client, name, (*watch, *limit), args.json)?
+        }
         Command::Unlock { name, yes } => unlock(&client, name, *yes, args.json)?,
     };
     client.shutdown();

@@ -19,7 +19,7 @@ fn since(t: Option<SystemTime>) -> Option<Duration> {
     t.and_then(|t| SystemTime::now().duration_since(t).ok())
 }
 
-fn unix_ms(t: Option<SystemTime>) -> Value {
+pub fn unix_ms(t: Option<SystemTime>) -> Value {
     t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
         .map_or(Value::Null, |d| json!(d.as_millis() as u64))
 }
@@ -39,7 +39,7 @@ pub fn who(h: &HolderInfo) -> String {
     }
 }
 
-fn holder_json(h: &HolderInfo) -> Value {
+pub fn holder_json(h: &HolderInfo) -> Value {
     json!({
         "token": h.token,
         "thread": h.thread,

@@ -2,10 +2,11 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{checked, WRITE};
 use crate::connection::ScriptCall;
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys::suffix;
 use crate::lease::{LeaseGuard, LeaseWatch};
 use crate::primitives::MutexGuard;
@@ -17,6 +18,10 @@ use crate::primitives::MutexGuard;
 /// A thread that campaigns again while it leads gets a second `Leadership` of the same term
 /// at once (re-entry, as with a [`Mutex`](crate::Mutex)); only the outermost one announces
 /// its value and resigns.
+///
+/// It is a guard like the others: it implements [`Lease`](crate::Lease) (whose `unlock`
+/// resigns, and whose `verify`, `extend` and `set_lease` act on the leader's lease) and
+/// [`Fenced`](crate::Fenced) (whose token is the term).
 ///
 /// # Examples
 ///
@@ -56,6 +61,12 @@ impl Leadership {
 
     fn lease(&self) -> Option<&LeaseGuard> {
         self.guard.as_ref().map(MutexGuard::lease)
+    }
+
+    /// The lease, while this leadership has not stepped down.
+    fn held(&self) -> Result<&LeaseGuard> {
+        self.lease()
+            .ok_or_else(|| Error::new(ErrorKind::LockLost, "the leadership has ended"))
     }
 
     /// Runs `write.lua` with `event` and `value`.
@@ -123,6 +134,69 @@ impl Leadership {
         self.step_down()
     }
 
+    /// How long the leader's lease surely still runs, by this machine's clock, without a
+    /// round trip; zero once lost.
+    pub fn validity_left(&self) -> Duration {
+        self.lease()
+            .map_or(Duration::ZERO, LeaseGuard::validity_left)
+    }
+
+    /// Asks Redis whether this process still leads; the lease left.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LockLost`] when it does not; connection and timeout errors.
+    pub fn verify(&self) -> Result<Duration> {
+        self.held()?.verify()
+    }
+
+    /// Adds `additional` to the leader's lease (for a lease the renewal thread does not
+    /// renew); see [`MutexGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::extend`].
+    pub fn extend(&self, additional: Duration) -> Result<()> {
+        self.held()?.extend(additional)
+    }
+
+    /// Sets the leader's lease left to `remaining`; see [`MutexGuard::set_lease`].
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::set_lease`].
+    pub fn set_lease(&self, remaining: Duration) -> Result<()> {
+        self.held()?.set_lease(remaining)
+    }
+
+    /// Leads on, unrenewed, until the lease runs out: nothing resigns, and
+    /// [`Election::leader`](crate::Election::leader) names this leader until then. Returns
+    /// how long that is.
+    ///
+    /// # Errors
+    ///
+    /// As for [`MutexGuard::keep_until_expiry`].
+    pub fn keep_until_expiry(mut self) -> Result<Duration> {
+        match self.guard.take() {
+            Some(guard) => guard.keep_until_expiry(),
+            None => Ok(Duration::ZERO),
+        }
+    }
+
+    /// Resigns: the name every guard gives its release ([`resign`](Leadership::resign)).
+    ///
+    /// # Errors
+    ///
+    /// As for [`resign`](Leadership::resign).
+    pub fn unlock(self) -> Result<()> {
+        self.resign()
+    }
+
+    /// The term, as every fenced guard names its token ([`term`](Leadership::term)).
+    pub fn fencing_token(&self) -> u64 {
+        self.term()
+    }
+
     fn step_down(&mut self) -> Result<()> {
         let Some(guard) = self.guard.take() else {
             return Ok(());
@@ -138,6 +212,8 @@ impl Leadership {
         resigned.and(released)
     }
 }
+
+crate::primitives::guard_traits::lease_by_own_methods!(fenced Leadership);
 
 impl Drop for Leadership {
     fn drop(&mut self) {

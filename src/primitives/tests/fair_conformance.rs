@@ -10,7 +10,7 @@ mod fair;
 use std::sync::LazyLock;
 
 use self::fair::{Action, FairQueue, State, Thread, Token};
-use super::{announcements, random_trace, start};
+use super::{announcements, eval, random_trace, start};
 use crate::keys::LockKeys;
 
 /// The lock's keys, as a `FairMutex` named `q` has them.
@@ -25,6 +25,11 @@ fn fair_script(name: &str) -> &'static redis::Script {
         .find(|(n, _)| *n == name)
         .map(|(_, script)| script)
         .unwrap()
+}
+
+/// The keys of the fair scripts: lock, fencing counter, queue, deadlines.
+fn keys() -> [&'static str; 4] {
+    [&KEYS.lock, &KEYS.fence, &KEYS.queue, &KEYS.timeouts]
 }
 
 fn token_text((c, t, left): Token) -> String {
@@ -65,18 +70,14 @@ fn run_step(
                 Thread::Attempting { .. } => "wait",
                 ref other => panic!("an attempt from {other:?}"),
             };
-            let reply: Vec<i64> = fair_script("fair_mutex/acquire")
-                .key(KEYS.lock.as_str())
-                .key(KEYS.fence.as_str())
-                .key(KEYS.queue.as_str())
-                .key(KEYS.timeouts.as_str())
-                .arg(token_text(token))
-                .arg(LONG_MS)
-                .arg(LONG_MS)
-                .arg(queue)
-                .arg(KEYS.waiter_channel_prefix.as_str())
-                .invoke(conn)
-                .unwrap();
+            let args = [
+                token_text(token),
+                LONG_MS.to_string(),
+                LONG_MS.to_string(),
+                queue.to_owned(),
+                KEYS.waiter_channel_prefix.clone(),
+            ];
+            let reply: Vec<i64> = eval(conn, fair_script("fair_mutex/acquire"), (&keys(), &args));
             match FairQueue::worker(after, (c, t)).now {
                 Thread::Holding { fence, .. } => {
                     assert_eq!(reply[0], 1, "{reply:?}");
@@ -99,17 +100,13 @@ fn run_step(
             let Thread::Releasing { token } = FairQueue::worker(before, (c, t)).now else {
                 panic!("a release from {before:?}");
             };
-            let released: i64 = fair_script("fair_mutex/release")
-                .key(KEYS.lock.as_str())
-                .key(KEYS.fence.as_str())
-                .key(KEYS.queue.as_str())
-                .key(KEYS.timeouts.as_str())
-                .arg(token_text(token))
-                .arg(KEYS.waiter_channel_prefix.as_str())
-                .arg("release")
-                .arg(LONG_MS)
-                .invoke(conn)
-                .unwrap();
+            let args = [
+                token_text(token),
+                KEYS.waiter_channel_prefix.clone(),
+                "release".to_owned(),
+                LONG_MS.to_string(),
+            ];
+            let released: i64 = eval(conn, fair_script("fair_mutex/release"), (&keys(), &args));
             assert_eq!(released, i64::from(before.redis.lock == Some(token)));
             covered.handed_on += u32::from(after.redis.lock.is_some());
             covered.freed += u32::from(after.redis.lock.is_none());
@@ -198,15 +195,18 @@ fn the_fair_scripts_do_what_the_queue_model_predicts() {
         acquisitions: 3,
     };
     (0..TRACES).for_each(|seed| run_trace(&mut conn, &model, seed, &mut covered));
+    // Every kind of step ran, many times.
     let c = &covered;
-    let counts = [
-        c.taken,
-        c.taken_handed,
-        c.queued,
-        c.tried,
-        c.handed_on,
-        c.freed,
+    let kinds = [
+        ("takes", c.taken),
+        ("takes of a lock handed over", c.taken_handed),
+        ("waiters queued", c.queued),
+        ("tries", c.tried),
+        ("hand-overs", c.handed_on),
+        ("releases of a free lock", c.freed),
     ];
-    assert!(counts.iter().all(|&n| n >= 10), "{covered:?}");
+    for (kind, n) in kinds {
+        assert!(n >= 10, "{n} {kind}: {covered:?}");
+    }
     drop(server);
 }

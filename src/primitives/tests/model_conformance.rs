@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use self::model::{Action, Fix, Handoff, Place, State, Thread, Token, OWED};
-use super::{announcements, mutex_script, random_trace, start};
+use super::{announcements, eval, mutex_script, random_trace, start};
 use crate::keys::LockKeys;
 
 /// The lock's keys, as a `Mutex` named `c` has them.
@@ -29,6 +29,11 @@ const TRACES: u64 = 150;
 /// A model client's id as the scripts read it: 32 hex digits, in the model's order.
 fn client_id(c: u8) -> String {
     format!("{c:032x}")
+}
+
+/// The keys of an acquire and a pass: lock, fencing counter, waiting clients.
+fn keys() -> [&'static str; 3] {
+    [&KEYS.lock, &KEYS.fence, &KEYS.waiting]
 }
 
 fn token_text((c, t, left): Token) -> String {
@@ -123,15 +128,8 @@ fn run_attempt(
         Thread::Attempting { ask, .. } => ask.waits(),
         other => panic!("an attempt from {other:?}"),
     };
-    let reply: Vec<Option<i64>> = mutex_script("mutex/acquire")
-        .key(KEYS.lock.as_str())
-        .key(KEYS.fence.as_str())
-        .key(KEYS.waiting.as_str())
-        .arg(token_text(token))
-        .arg(LEASE_MS)
-        .arg(waits)
-        .invoke(conn)
-        .unwrap();
+    let args = [token_text(token), LEASE_MS.to_string(), waits.to_owned()];
+    let reply: Vec<Option<i64>> = eval(conn, mutex_script("mutex/acquire"), (&keys(), &args));
     match model.thread(after, (c, t)) {
         Thread::Holding { fence, .. } => {
             assert_eq!(reply[0], Some(1), "{reply:?}");
@@ -181,15 +179,8 @@ fn run_release(
 ) {
     match *releasing {
         Thread::Passing { token } => {
-            let reply: Vec<i64> = mutex_script("mutex/pass_on")
-                .key(KEYS.lock.as_str())
-                .key(KEYS.fence.as_str())
-                .key(KEYS.waiting.as_str())
-                .arg(token_text(token))
-                .arg(1)
-                .arg(LEASE_MS)
-                .invoke(conn)
-                .unwrap();
+            let args = [token_text(token), 1.to_string(), LEASE_MS.to_string()];
+            let reply: Vec<i64> = eval(conn, mutex_script("mutex/pass_on"), (&keys(), &args));
             let counter = offset.real(i64::from(after.redis.counter));
             assert_eq!(reply[..2], [1, counter], "{reply:?}");
             covered.passed += 1;
@@ -243,14 +234,7 @@ fn release(
     gives_turn: bool,
 ) -> i64 {
     if !gives_turn {
-        let mut call = script.prepare_invoke();
-        for key in keys {
-            call.key(*key);
-        }
-        for arg in args {
-            call.arg(arg);
-        }
-        return call.invoke(conn).unwrap();
+        return eval(conn, script, (keys, args));
     }
     let _: String = script.load(conn).unwrap();
     let (released, ttl, _): (i64, i64, bool) = redis::pipe()
@@ -347,6 +331,7 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
         threads: vec![2, 2, 1],
         acquisitions: 3,
         fix: Fix::EarlyPlace,
+        faults: false,
     };
     let mut covered = Covered::default();
     for seed in 0..TRACES {
