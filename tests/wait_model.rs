@@ -44,6 +44,7 @@ fn check(fix: Fix) -> impl Checker<Handoff> {
         acquisitions: 2,
         fix,
         faults: false,
+        give_up: false,
     };
     model.checker().spawn_bfs().join()
 }
@@ -56,6 +57,7 @@ fn counterexample(fix: Fix, property: &'static str) -> Vec<Action> {
         acquisitions: 2,
         fix,
         faults: false,
+        give_up: false,
     }
     .checker()
     .finish_when(HasDiscoveries::AnyOf([property].into()))
@@ -136,6 +138,7 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
             acquisitions,
             fix: Fix::EarlyPlace,
             faults: true,
+            give_up: false,
         }
         .checker()
         .spawn_bfs()
@@ -143,4 +146,46 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
         println!("states explored: {}", checker.unique_state_count());
         checker.assert_properties();
     }
+}
+
+/// A waiter may give up at its deadline (once in a run, to bound the states): it leaves its
+/// client's gate, and when no other thread of its client waits, withdraws its client
+/// (`mutex/withdraw.lua`). This is no fault, so no other waiter may be forgotten; but the
+/// model finds one, whose cause is known and not fixed yet: a sibling whose first attempt
+/// failed and which has not entered the gate yet does not count as waiting, so the
+/// withdrawal removes the place that sibling's attempt found (or made), and the sibling, which
+/// then leads straight from that attempt, waits for its re-check. (Checking whether a hold
+/// began since the attempt does not cover it: the withdrawal can run after the sibling's
+/// attempt whatever the sibling checks.) Kept as a test of the model until the protocol is
+/// fixed, when it becomes a property that holds.
+#[test]
+fn the_model_finds_the_place_withdrawn_under_a_sibling() {
+    let checker = Handoff {
+        threads: vec![2, 1],
+        acquisitions: 1,
+        fix: Fix::EarlyPlace,
+        faults: false,
+        give_up: true,
+    }
+    .checker()
+    .finish_when(HasDiscoveries::AnyOf(
+        ["no waiter of a client missing from the set"].into(),
+    ))
+    .spawn_bfs()
+    .join();
+    for kept in ["exclusion", "fencing tokens rise"] {
+        assert!(checker.discovery(kept).is_none(), "{kept}");
+    }
+    let path = checker
+        .discovery("no waiter of a client missing from the set")
+        .expect("the model no longer finds the withdrawn place")
+        .into_actions();
+    let withdrawn = path
+        .iter()
+        .position(|a| matches!(a, Action::RunWithdraw(0, _)));
+    let entered = path
+        .iter()
+        .rposition(|a| matches!(a, Action::EnterGate(0, _, _)));
+    assert!(withdrawn < entered, "{path:?}");
+    println!("{path:?}");
 }

@@ -81,7 +81,9 @@ pub(crate) enum Thread {
     /// Holds the lock (whose key holds `token`) with this fencing token.
     Holding { token: Token, fence: u32 },
     /// Decided to pass the lock to its gate's leader; the pass is on its way to Redis.
-    Passing { token: Token },
+    Passing { token: Token, fence: u32 },
+    /// Gave up at its deadline, its client's last waiter: `mutex/withdraw.lua` is on its way.
+    Withdrawing { token: Token },
     /// Decided to release in Redis, with what the release does with its client's place.
     Releasing {
         token: Token,
@@ -157,6 +159,8 @@ pub(crate) struct State {
     /// A fault happened (a lease ran out under its holder, an announcement was lost): from
     /// then on a waiter may be left to its re-check, as the protocol intends.
     pub(crate) faulted: bool,
+    /// A waiter gave up at its deadline.
+    pub(crate) gave_up: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -193,6 +197,12 @@ pub(crate) enum Action {
     Expire,
     /// Fault: the `i`-th announcement on its way is lost (a subscriber reconnected).
     Lose(usize),
+    /// A waiting thread's deadline passes: it leaves its client's gate (a leader with a lock
+    /// passed to it takes that lock instead: the pass came first), and the client's last
+    /// waiter withdraws its client from the waiting.
+    GiveUp(u8, u8),
+    /// Redis runs a withdrawal.
+    RunWithdraw(u8, u8),
 }
 
 /// Which version of the protocol the model runs.
@@ -219,6 +229,8 @@ pub(crate) struct Handoff {
     pub(crate) acquisitions: u8,
     pub(crate) fix: Fix,
     pub(crate) faults: bool,
+    /// A waiter may give up at its deadline (once per run, to bound the states).
+    pub(crate) give_up: bool,
 }
 
 /// What an attempt found, when it did not take the lock.
@@ -497,12 +509,57 @@ impl Handoff {
         Some(())
     }
 
+    /// Thread `(c, t)` gives up its wait (`RawLock::withdraw_unless_won`): it leaves the gate
+    /// it is in (its `GatePass` is dropped), and withdraws its client when no other thread of
+    /// the client waits, holds or just gave the lock up.
+    fn give_up(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
+        s.gave_up = true;
+        let token = Self::token(s, (c, t));
+        let (Thread::Follower { .. } | Thread::Sleeping { .. }) =
+            s.threads[c as usize][t as usize].now
+        else {
+            return None;
+        };
+        let g = &mut s.gates[c as usize];
+        g.inside -= 1;
+        if g.leader == Some(t) {
+            g.leader = None;
+        }
+        if g.inside == 0 {
+            g.baton = None;
+        }
+        let worker = &mut s.threads[c as usize][t as usize];
+        worker.placed_at = 0;
+        if Self::has_waiters(&s.gates[c as usize]) {
+            worker.left -= 1;
+            worker.now = Thread::Idle;
+        } else {
+            worker.now = Thread::Withdrawing { token };
+        }
+        Some(())
+    }
+
     fn run_release(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
         match s.threads[c as usize][t as usize].now {
             // `mutex/pass_on.lua`: a new fencing token for the leader. A pass that finds the
             // lease lost is the releasing guard's `LockLost`; the leader waits on.
-            Thread::Passing { token } if s.redis.lock == Some(token) => {
+            Thread::Passing { token, fence } if s.redis.lock == Some(token) => {
                 s.redis.counter += 1;
+                let g = &s.gates[c as usize];
+                let listening = g.passed.is_none()
+                    && g.leader.is_some_and(|l| {
+                        matches!(
+                            s.threads[c as usize][l as usize].now,
+                            Thread::Sleeping { .. } | Thread::Attempting { .. }
+                        )
+                    });
+                if !listening {
+                    // The leader left meanwhile (it gave up): the lock passed to nobody is
+                    // released in Redis instead (`Gates::pass_on`, `give_back`), as the hold
+                    // it was.
+                    Self::set(s, (c, t), Thread::Holding { token, fence });
+                    return Self::release(s, (c, t), false);
+                }
                 let g = &mut s.gates[c as usize];
                 g.passed = Some((token, s.redis.counter));
                 g.signal += 1;
@@ -577,6 +634,7 @@ impl Model for Handoff {
             fence_fell: false,
             barged: BTreeMap::new(),
             faulted: false,
+            gave_up: false,
         }]
     }
 
@@ -622,6 +680,7 @@ impl Model for Handoff {
                     Thread::Passing { .. } | Thread::Releasing { .. } => {
                         actions.push(Action::RunRelease(c, t))
                     }
+                    Thread::Withdrawing { .. } => actions.push(Action::RunWithdraw(c, t)),
                     _ => {}
                 }
             }
@@ -634,6 +693,23 @@ impl Model for Handoff {
         }
         if s.redis.turn.is_some() {
             actions.push(Action::TurnExpires);
+        }
+        if self.give_up && !s.gave_up {
+            for (c, threads) in s.threads.iter().enumerate() {
+                let g = &s.gates[c];
+                for (t, w) in threads.iter().enumerate() {
+                    // A thread whose first attempt failed enters the gate even when its deadline
+                    // has passed (`Gates::lead`), and gives up from there.
+                    let waiting = match w.now {
+                        Thread::Follower { .. } => true,
+                        Thread::Sleeping { .. } => g.passed.is_none(),
+                        _ => false,
+                    };
+                    if waiting {
+                        actions.push(Action::GiveUp(c as u8, t as u8));
+                    }
+                }
+            }
         }
         if self.faults {
             if s.redis.lock.is_some() {
@@ -701,10 +777,10 @@ impl Model for Handoff {
             }
             Action::Wake(c, t, overdue) => self.next_attempt(&mut s, (c, t), false, overdue),
             Action::Pass(c, t) => {
-                let Thread::Holding { token, .. } = *self.thread(last, (c, t)) else {
+                let Thread::Holding { token, fence } = *self.thread(last, (c, t)) else {
                     return None;
                 };
-                Self::set(&mut s, (c, t), Thread::Passing { token });
+                Self::set(&mut s, (c, t), Thread::Passing { token, fence });
             }
             Action::Release(c, t, yielded) => Self::release(&mut s, (c, t), yielded)?,
             Action::RunRelease(c, t) => Self::run_release(&mut s, (c, t))?,
@@ -734,6 +810,26 @@ impl Model for Handoff {
             Action::Lose(i) => {
                 s.redis.in_flight.remove(i);
                 s.faulted = true;
+            }
+            Action::GiveUp(c, t) => Self::give_up(&mut s, (c, t))?,
+            Action::RunWithdraw(c, t) => {
+                let Thread::Withdrawing { .. } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                // `mutex/withdraw.lua`.
+                let r = &mut s.redis;
+                r.waiting.remove(&c);
+                if r.turn == Some(c) {
+                    r.turn = None;
+                }
+                if r.lock.is_none() && r.turn.is_none() {
+                    Self::name_next(r);
+                }
+                s.barged.remove(&c);
+                let worker = &mut s.threads[c as usize][t as usize];
+                worker.left -= 1;
+                worker.now = Thread::Idle;
+                worker.placed_at = 0;
             }
         }
         Some(s)

@@ -178,7 +178,7 @@ fn run_release(
     (offset, covered): (&mut Offset, &mut Covered),
 ) {
     match *releasing {
-        Thread::Passing { token } => {
+        Thread::Passing { token, .. } => {
             let args = [token_text(token), 1.to_string(), LEASE_MS.to_string()];
             let reply: Vec<i64> = eval(conn, mutex_script("mutex/pass_on"), (&keys(), &args));
             let counter = offset.real(i64::from(after.redis.counter));
@@ -332,6 +332,7 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
         acquisitions: 3,
         fix: Fix::EarlyPlace,
         faults: false,
+        give_up: false,
     };
     let mut covered = Covered::default();
     for seed in 0..TRACES {
