@@ -310,38 +310,73 @@ struct TlsSentinel {
     child: std::process::Child,
     plain: u16,
     tls: u16,
+    dir: std::path::PathBuf,
+}
+
+#[cfg(feature = "tls")]
+fn read_log(dir: &std::path::Path) -> String {
+    std::fs::read_to_string(dir.join("sentinel.log")).unwrap_or_else(|e| e.to_string())
 }
 
 #[cfg(feature = "tls")]
 impl TlsSentinel {
+    /// Starts the sentinel on two free ports, and again on others if it does not answer on
+    /// both (a port found free can be taken by another test before the sentinel binds it).
     fn start(master: &support::tls::TlsRedisServer) -> TlsSentinel {
         let dir = support::scratch_dir("tls-sentinel");
-        let (plain, tls) = (support::free_port(), support::free_port());
         let file = |f: &str| master.certs.path(f).display().to_string();
-        let conf = dir.join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {plain}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
-                 tls-port {tls}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
-                 tls-auth-clients no\ntls-replication yes\n\
-                 sentinel monitor tlsmaster 127.0.0.1 {} 1\n",
-                dir.display(),
-                file("server.crt"),
-                file("server.key"),
-                file("ca.crt"),
-                master.tls_port()
-            ),
-        )
-        .unwrap();
-        let child = std::process::Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start a sentinel");
-        TlsSentinel { child, plain, tls }
+        for _ in 0..20 {
+            let (plain, tls) = (support::free_port(), support::free_port());
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {plain}\nbind 127.0.0.1\ndir {}\nlogfile sentinel.log\n\
+                     tls-port {tls}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                     tls-auth-clients no\ntls-replication yes\n\
+                     sentinel monitor tlsmaster 127.0.0.1 {} 1\n",
+                    dir.display(),
+                    file("server.crt"),
+                    file("server.key"),
+                    file("ca.crt"),
+                    master.tls_port()
+                ),
+            )
+            .unwrap();
+            let child = std::process::Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .expect("start a sentinel");
+            let sentinel = TlsSentinel {
+                child,
+                plain,
+                tls,
+                dir: dir.clone(),
+            };
+            if eventually(Duration::from_secs(20), || sentinel.listens()) {
+                return sentinel;
+            }
+            // Dropping it kills it; the next try takes other ports.
+        }
+        panic!("a TLS sentinel did not start: {}", read_log(&dir));
+    }
+
+    /// Whether the sentinel answers `PING` on its plain port and accepts connections on its
+    /// TLS port.
+    fn listens(&self) -> bool {
+        let pong = redis::Client::open(format!("redis://127.0.0.1:{}/", self.plain))
+            .ok()
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)).ok())
+            .is_some_and(|mut conn| redis::cmd("PING").query::<String>(&mut conn).is_ok());
+        pong && std::net::TcpStream::connect(("127.0.0.1", self.tls)).is_ok()
+    }
+
+    /// The sentinel's log, for a failure's message.
+    fn log(&self) -> String {
+        read_log(&self.dir)
     }
 
     /// Whether the sentinel has heard from the master lately and finds it healthy (from
@@ -384,7 +419,12 @@ fn a_sentinel_deployment_over_tls() {
     let master = TlsRedisServer::start(ClientAuth::Off, &[]);
     let sentinel = TlsSentinel::start(&master);
     // The sentinel reaches the master over TLS and finds it healthy.
-    assert!(eventually(LIMIT, || sentinel.sees_master()));
+    assert!(
+        eventually(LIMIT, || sentinel.sees_master()),
+        "the sentinel never saw the master healthy: {:?}\n{}",
+        sentinel.master_fields(),
+        sentinel.log()
+    );
     let url = format!("rediss+sentinel://127.0.0.1:{}/tlsmaster", sentinel.tls);
     let client = Client::builder()
         .tls_ca_certificates(master.certs.ca())
