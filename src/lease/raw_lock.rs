@@ -382,14 +382,16 @@ impl RawLock {
             fixed: self.fixed_lease.is_some(),
             kind: self.protocol.kind().name,
         };
-        // Behind this client's other waiters, no attempt first.
-        let first = match may_wait {
+        // Behind this client's other waiters, no attempt first; else the attempt counts as
+        // coming, for a thread of this client that gives up meanwhile.
+        let coming = match may_wait {
             true => ctx.gates.attempt_first(&self.lock_key),
-            false => Some(HoldsBegun::default()),
+            false => None,
         };
-        let early = match first {
-            None => None,
-            Some(begun) => {
+        let early = match !may_wait || coming.is_some() {
+            false => None,
+            true => {
+                let begun = coming.as_ref().map_or(HoldsBegun::default(), |c| c.begun);
                 let live = match may_wait {
                     true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
                     false => None,
@@ -411,37 +413,31 @@ impl RawLock {
                 }
             }
         };
-        let waited = self.waiting(|| {
+        self.waiting(|| {
             let contending = Contending {
                 lock_key: &self.lock_key,
                 channel: &channel,
                 filter,
                 deadline,
+                coming,
                 early,
                 taker,
             };
-            waiting::contend(ctx.waiting(), contending, attempt, take_over)
-        });
-        self.withdraw_unless_won(keys, token, waited)
+            let give_up = |others_wait| self.withdraw(keys, token, others_wait);
+            waiting::contend(ctx.waiting(), contending, attempt, (take_over, give_up))
+        })
     }
 
-    /// After a contending wait that ended without the lock, withdraws what its attempts
-    /// claimed (best effort: a claim left behind expires with its lease).
-    fn withdraw_unless_won(
-        &self,
-        keys: &LockKeys,
-        token: &str,
-        waited: Result<Option<LeaseGuard>>,
-    ) -> Result<Option<LeaseGuard>> {
-        let others_wait = self.ctx.gates.has_waiters(&self.lock_key);
-        if let (Ok(None), Some(call)) = (&waited, self.protocol.withdraw(keys, token, others_wait))
-        {
+    /// A contending wait ends without the lock: withdraws what its attempts claimed, its
+    /// reply awaited while the thread is still in its gate (best effort: a claim left behind
+    /// expires with its lease).
+    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) {
+        if let Some(call) = self.protocol.withdraw(keys, token, others_wait) {
             let doing = self.doing("giving up the wait for");
             if let Err(e) = self.ctx.lessor.send(self.at(keys, &call, doing)) {
                 log::debug!("redmutex: {e}");
             }
         }
-        waited
     }
 
     /// Queued: one try without queueing, then (when the caller may wait) the queue, with one

@@ -248,8 +248,43 @@ pub(crate) struct Gates {
 struct Shard {
     gates: FastHashMap<Arc<str>, Arc<Gate>>,
     held: FastHashMap<Arc<str>, LastHold>,
+    /// Threads that attempt outside the gate, or whose first attempt failed and which have
+    /// not entered the gate yet (see [`Coming`]), by key.
+    coming: FastHashMap<Arc<str>, usize>,
     /// How many holds of this shard's locks began (see [`HoldsBegun`]).
     holds_begun: u64,
+}
+
+impl Shard {
+    /// A thread counted as coming for `key` entered its gate or went away.
+    fn arrived(&mut self, key: &str) {
+        if let Some(n) = self.coming.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.coming.remove(key);
+            }
+        }
+    }
+}
+
+/// A thread that attempts outside the gate first, until it enters the gate or goes away: it
+/// counts as waiting for a thread of its client that gives up (see
+/// [`GatePass::others_wait`]), whose withdrawal would otherwise take away the place its
+/// attempt found or made (`tests/wait_model.rs`, the withdrawn place).
+pub(crate) struct Coming<'a> {
+    gates: &'a Gates,
+    /// Its key while it still counts.
+    key: Option<Arc<str>>,
+    /// The holds of its shard's locks begun before its attempt.
+    pub(crate) begun: HoldsBegun,
+}
+
+impl Drop for Coming<'_> {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.gates.shard(&key).lock().arrived(&key);
+        }
+    }
 }
 
 /// How many holds of the locks of a shard had begun when a thread attempted outside its
@@ -321,6 +356,17 @@ impl GatePass<'_> {
     /// The lock passed to this leader, if one was.
     pub(crate) fn take_passed(&self) -> Option<Passed> {
         self.gate.state.lock().passed.take().map(Passed::take)
+    }
+
+    /// Whether, besides this thread, threads of this client wait for the lock, come for it
+    /// (see [`Coming`]), hold it with a hold they may pass on, or just gave it up to other
+    /// clients. Asked by a thread that gives up, while it is still in the gate: a thread
+    /// that comes after this answer goes through the gate, behind the withdrawal.
+    pub(crate) fn others_wait(&self) -> bool {
+        let shard = self.gates.shard(&self.key).lock();
+        shard.held.contains_key(&self.key)
+            || shard.coming.contains_key(&self.key)
+            || self.gate.state.lock().inside > 1
     }
 }
 
@@ -407,7 +453,8 @@ impl Gates {
     /// Whether other threads of this client wait for the lock now, hold it with a hold they
     /// may pass on, or just gave it up to other clients: a thread that comes for it then
     /// goes through the gate.
-    pub(crate) fn has_waiters(&self, key: &str) -> bool {
+    #[cfg(test)]
+    fn has_waiters(&self, key: &str) -> bool {
         Self::waiters_in(&self.shard(key).lock(), key)
     }
 
@@ -420,11 +467,20 @@ impl Gates {
     }
 
     /// For a thread that comes for `key` and may wait: `None` when it goes through the gate
-    /// ([`has_waiters`](Self::has_waiters)); else it attempts first, and this is what its
-    /// entry into the gate, should it fail, compares with.
-    pub(crate) fn attempt_first(&self, key: &str) -> Option<HoldsBegun> {
-        let shard = self.shard(key).lock();
-        (!Self::waiters_in(&shard, key)).then_some(HoldsBegun(shard.holds_begun))
+    /// (other threads of this client wait for the lock, hold it or just gave it up); else it
+    /// attempts first, and counts as coming until it enters the gate (to which it hands the
+    /// [`Coming`]) or goes away.
+    pub(crate) fn attempt_first(&self, key: &Arc<str>) -> Option<Coming<'_>> {
+        let mut shard = self.shard(key).lock();
+        if Self::waiters_in(&shard, key) {
+            return None;
+        }
+        *shard.coming.entry(Arc::clone(key)).or_insert(0) += 1;
+        Some(Coming {
+            gates: self,
+            key: Some(Arc::clone(key)),
+            begun: HoldsBegun(shard.holds_begun),
+        })
     }
 
     /// What a thread entering `key`'s gate finds (`held`: its shard's, locked); forgets a
@@ -445,13 +501,22 @@ impl Gates {
         }
     }
 
-    /// Enters the gate of `key` and waits to become its leader, until `deadline`. Returns
-    /// `None` when the deadline passed first.
-    pub(crate) fn lead(&self, key: &Arc<str>, deadline: Option<Instant>) -> Option<GatePass<'_>> {
+    /// Enters the gate of `key` (no longer `coming`: both at once) and waits to become its
+    /// leader, until `deadline`. `Err` when the deadline passed first: the thread is in the
+    /// gate until that pass drops, as a follower.
+    pub(crate) fn lead(
+        &self,
+        key: &Arc<str>,
+        deadline: Option<Instant>,
+        coming: Option<Coming<'_>>,
+    ) -> Result<GatePass<'_>, GatePass<'_>> {
         let (gate, entered, begun) = {
             let mut shard = self.shard(key).lock();
             let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
             gate.state.lock().inside += 1;
+            if let Some(key) = coming.and_then(|mut c| c.key.take()) {
+                shard.arrived(&key);
+            }
             let begun = HoldsBegun(shard.holds_begun);
             (gate, Gates::entered(&mut shard.held, key), begun)
         };
@@ -476,13 +541,13 @@ impl Gates {
             };
             if timed_out && state.leader {
                 drop(state);
-                return None; // `pass` leaves the gate on drop
+                return Err(pass); // it leaves the gate when dropped
             }
         }
         state.leader = true;
         drop(state);
         pass.leader = true;
-        Some(pass)
+        Ok(pass)
     }
 }
 
@@ -560,7 +625,7 @@ mod tests {
             .map(|_| {
                 let (gates, key, leaders) = (gates.clone(), key.clone(), leaders.clone());
                 std::thread::spawn(move || {
-                    let pass = gates.lead(&key, None).unwrap();
+                    let pass = gates.lead(&key, None, None).ok().unwrap();
                     assert_eq!(leaders.fetch_add(1, Ordering::SeqCst), 0);
                     std::thread::sleep(Duration::from_millis(2));
                     leaders.fetch_sub(1, Ordering::SeqCst);
@@ -579,13 +644,44 @@ mod tests {
     fn a_follower_gives_up_at_its_deadline() {
         let gates = Gates::default();
         let key: Arc<str> = Arc::from("k");
-        let leader = gates.lead(&key, None).unwrap();
+        let leader = gates.lead(&key, None, None).ok().unwrap();
         assert!(gates.has_waiters("k"));
         let deadline = Instant::now() + Duration::from_millis(20);
-        assert!(gates.lead(&key, Some(deadline)).is_none());
+        let follower = gates.lead(&key, Some(deadline), None).err().unwrap();
+        assert!(follower.others_wait(), "the leader waits");
+        drop(follower);
         drop(leader);
-        assert!(gates.lead(&key, Some(Instant::now())).is_some());
+        assert!(gates.lead(&key, Some(Instant::now()), None).is_ok());
         assert!(!gates.has_waiters("k"));
+    }
+
+    /// The withdrawn place (`tests/wait_model.rs`): a thread that gives up counts a sibling
+    /// whose first attempt is on its way, and one that comes while it is in the gate goes
+    /// through the gate.
+    #[test]
+    fn a_thread_that_gives_up_counts_a_sibling_on_its_way_to_the_gate() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        let coming = gates.attempt_first(&key).expect("nobody waits");
+        let leader = gates.lead(&key, None, None).ok().unwrap();
+        assert!(leader.others_wait(), "the sibling's attempt is on its way");
+        assert!(
+            gates.attempt_first(&key).is_none(),
+            "a leader is in the gate: through the gate"
+        );
+        let sibling = gates.lead(&key, Some(Instant::now()), Some(coming));
+        let sibling = sibling.err().expect("the leader leads still");
+        assert!(leader.others_wait(), "the sibling is in the gate");
+        drop(sibling);
+        assert!(!leader.others_wait());
+        drop(leader);
+        let coming = gates.attempt_first(&key).unwrap();
+        drop(coming);
+        let leader = gates.lead(&key, None, None).ok().unwrap();
+        assert!(
+            !leader.others_wait(),
+            "a thread that went away counts no more"
+        );
     }
 
     /// The early place (`tests/wait_model.rs`): a thread that attempted outside the gate
@@ -595,14 +691,15 @@ mod tests {
     fn a_leader_knows_whether_a_sibling_held_since_its_first_attempt() {
         let gates = Gates::default();
         let key: Arc<str> = Arc::from("k");
-        let mark = gates
+        let coming = gates
             .attempt_first(&key)
             .expect("nobody waits: it attempts first");
-        let pass = gates.lead(&key, None).unwrap();
+        let mark = coming.begun;
+        let pass = gates.lead(&key, None, Some(coming)).ok().unwrap();
         assert!(!pass.held_since(mark));
         drop(pass);
 
-        let mark = gates.attempt_first(&key).unwrap();
+        let mark = gates.attempt_first(&key).unwrap().begun;
         // A sibling's hold begins (and ends) before the thread enters the gate.
         gates.hold_begins(&key, true);
         assert!(
@@ -610,7 +707,7 @@ mod tests {
             "a sibling holds: through the gate"
         );
         let _ = gates.hold_ends(&key, false);
-        let pass = gates.lead(&key, None).unwrap();
+        let pass = gates.lead(&key, None, None).ok().unwrap();
         assert!(pass.held_since(mark));
     }
 }

@@ -27,7 +27,8 @@ use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
 pub(crate) use gate::{
-    Baton, Cohort, Entered, GatePass, Gates, HoldsBegun, Passed, Place, Taker, COHORT_PASSES,
+    Baton, Cohort, Coming, Entered, GatePass, Gates, HoldsBegun, Passed, Place, Taker,
+    COHORT_PASSES,
 };
 pub(crate) use outage::Outage;
 pub(crate) use pause::Pause;
@@ -102,6 +103,8 @@ pub(crate) struct Contending<'a> {
     pub(crate) channel: &'a Arc<str>,
     pub(crate) filter: Option<Arc<str>>,
     pub(crate) deadline: Option<Instant>,
+    /// A failed first attempt's count as coming, handed to the gate on entry.
+    pub(crate) coming: Option<Coming<'a>>,
     /// A subscription live before a failed first attempt, and what the attempt found.
     pub(crate) early: Option<Early>,
     /// How the waiter takes a lock passed to it within the client.
@@ -164,24 +167,33 @@ impl WaitContext<'_> {
 /// (lock cohorting): the leader listens for that with how it takes the lock (`taker`), and
 /// `take_over`
 /// makes what was won of a lock passed to it, without a round trip.
+///
+/// A thread whose deadline passes gives up while it is still in the gate: `give_up` is told
+/// whether other threads of its client wait (see [`GatePass::others_wait`]), and withdraws
+/// what its attempts claimed before a thread of its client that comes later attempts.
 #[cold]
 pub(crate) fn contend<W>(
     w: WaitContext<'_>,
     contending: Contending<'_>,
     mut attempt: impl FnMut(Turn) -> Result<Attempt<W>>,
-    mut take_over: impl FnMut(Passed) -> Result<W>,
+    (mut take_over, give_up): (impl FnMut(Passed) -> Result<W>, impl FnOnce(bool)),
 ) -> Result<Option<W>> {
     let Contending {
         lock_key,
         channel,
         filter,
         deadline,
+        coming,
         early,
         taker,
     } = contending;
     let wait = w.counters.contended_wait();
-    let Some(pass) = w.gates.lead(lock_key, deadline) else {
-        return wait.finish(Ok(None));
+    let pass = match w.gates.lead(lock_key, deadline, coming) {
+        Ok(pass) => pass,
+        Err(follower) => {
+            give_up(follower.others_wait());
+            return wait.finish(Ok(None));
+        }
     };
     // Releases that name one client: its threads pass the turn on (see `attempt` above).
     // Other releases wake every waiter, and each leader attempts.
@@ -204,13 +216,8 @@ pub(crate) fn contend<W>(
     let mut waited = false;
     loop {
         if let Some(passed) = pass.take_passed() {
-            let more = named && pass.others_inside();
-            let won = take_over(passed);
-            if won.is_ok() && more {
-                let seen = pause.seen();
-                hand_subscription_on(&pass, &mut pause, seen);
-            }
-            return wait.finish(won.map(Some));
+            let won = took_over(&pass, &mut pause, named, take_over(passed));
+            return wait.finish(won);
         }
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
@@ -236,10 +243,32 @@ pub(crate) fn contend<W>(
             }
         };
         if !pause.wait(seen, remaining, release, deadline) {
+            // No pass may come now; one that came first is taken.
+            pass.listen(None, taker);
+            if let Some(passed) = pass.take_passed() {
+                let won = took_over(&pass, &mut pause, named, take_over(passed));
+                return wait.finish(won);
+            }
+            give_up(pass.others_wait());
             return wait.finish(Ok(None));
         }
         waited = named;
     }
+}
+
+/// What a leader `won` of a lock passed to it: with releases that name one client and other
+/// threads in the gate, it hands its subscription on (the client keeps its place).
+fn took_over<W>(
+    pass: &GatePass<'_>,
+    pause: &mut Pause,
+    named: bool,
+    won: Result<W>,
+) -> Result<Option<W>> {
+    if won.is_ok() && named && pass.others_inside() {
+        let seen = pause.seen();
+        hand_subscription_on(pass, pause, seen);
+    }
+    won.map(Some)
 }
 
 /// The outcome of an attempt that a leader need not make again: the wake-ups seen before

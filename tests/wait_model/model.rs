@@ -82,7 +82,8 @@ pub(crate) enum Thread {
     Holding { token: Token, fence: u32 },
     /// Decided to pass the lock to its gate's leader; the pass is on its way to Redis.
     Passing { token: Token, fence: u32 },
-    /// Gave up at its deadline, its client's last waiter: `mutex/withdraw.lua` is on its way.
+    /// Gave up at its deadline, its client's last waiter: `mutex/withdraw.lua` is on its way
+    /// (from `Fix::WithdrawnPlace`, while the thread is still in its gate).
     Withdrawing { token: Token },
     /// Decided to release in Redis, with what the release does with its client's place.
     Releasing {
@@ -115,6 +116,9 @@ pub(crate) struct Gate {
     pub(crate) yielded: bool,
     /// How many holds of the client began (`Gates::hold_begins`).
     pub(crate) begun: u8,
+    /// Threads whose first attempt, outside the gate, is on its way or failed, and which have
+    /// not entered the gate yet (`Gates::coming`; counted from `Fix::WithdrawnPlace`).
+    pub(crate) coming: u8,
     /// The client's wake-ups (announcements that named it, pokes).
     pub(crate) signal: u8,
 }
@@ -220,6 +224,11 @@ pub(crate) enum Fix {
     /// when no hold of its client began since that attempt (whose release may have given up
     /// the place the attempt made).
     EarlyPlace,
+    /// And a thread that gives up decides whether to withdraw its client, and waits for the
+    /// withdrawal, while it is still in its gate, counting as waiting the threads of its client
+    /// whose first attempt is on its way or failed: a thread that comes meanwhile goes through
+    /// the gate, behind the withdrawal.
+    WithdrawnPlace,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -256,6 +265,13 @@ impl Handoff {
     /// (`Gates::has_waiters`).
     fn has_waiters(g: &Gate) -> bool {
         g.held.is_some() || g.inside > 0 || g.yielded
+    }
+
+    /// A thread counted as coming entered the gate or took the lock.
+    fn arrived(&self, s: &mut State, c: u8) {
+        if self.fix >= Fix::WithdrawnPlace {
+            s.gates[c as usize].coming -= 1;
+        }
     }
 
     /// `mutex/acquire.lua`: the fence when taken; else what the caller is told.
@@ -443,6 +459,7 @@ impl Handoff {
             Thread::First { seen, begun } => {
                 match self.acquire(&mut s.redis, token, Ask::plain()) {
                     Ok(fence) => {
+                        self.arrived(s, c);
                         Self::taken_in_redis(s, c);
                         self.begin_hold(s, (c, t), token, fence, false)
                     }
@@ -509,10 +526,11 @@ impl Handoff {
         Some(())
     }
 
-    /// Thread `(c, t)` gives up its wait (`RawLock::withdraw_unless_won`): it leaves the gate
-    /// it is in (its `GatePass` is dropped), and withdraws its client when no other thread of
-    /// the client waits, holds or just gave the lock up.
-    fn give_up(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
+    /// Thread `(c, t)` gives up its wait (`waiting::contend`, `RawLock::withdraw`), and
+    /// withdraws its client when no other thread of the client waits, comes, holds or just
+    /// gave the lock up. From `Fix::WithdrawnPlace` it decides this in its gate, and leaves
+    /// the gate once the withdrawal ran; before, it left the gate first.
+    fn give_up(&self, s: &mut State, (c, t): (u8, u8)) -> Option<()> {
         s.gave_up = true;
         let token = Self::token(s, (c, t));
         let (Thread::Follower { .. } | Thread::Sleeping { .. }) =
@@ -520,6 +538,28 @@ impl Handoff {
         else {
             return None;
         };
+        let in_gate = self.fix >= Fix::WithdrawnPlace;
+        let g = &s.gates[c as usize];
+        let others = match in_gate {
+            true => g.held.is_some() || g.yielded || g.coming > 0 || g.inside > 1,
+            false => g.held.is_some() || g.yielded || g.inside > 1,
+        };
+        if !in_gate || others {
+            Self::leave(s, (c, t));
+        }
+        let worker = &mut s.threads[c as usize][t as usize];
+        worker.placed_at = 0;
+        if others {
+            worker.left -= 1;
+            worker.now = Thread::Idle;
+        } else {
+            worker.now = Thread::Withdrawing { token };
+        }
+        Some(())
+    }
+
+    /// Thread `(c, t)` leaves its gate without the lock.
+    fn leave(s: &mut State, (c, t): (u8, u8)) {
         let g = &mut s.gates[c as usize];
         g.inside -= 1;
         if g.leader == Some(t) {
@@ -528,15 +568,6 @@ impl Handoff {
         if g.inside == 0 {
             g.baton = None;
         }
-        let worker = &mut s.threads[c as usize][t as usize];
-        worker.placed_at = 0;
-        if Self::has_waiters(&s.gates[c as usize]) {
-            worker.left -= 1;
-            worker.now = Thread::Idle;
-        } else {
-            worker.now = Thread::Withdrawing { token };
-        }
-        Some(())
     }
 
     fn run_release(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
@@ -725,10 +756,13 @@ impl Model for Handoff {
         let mut s = last.clone();
         match action {
             Action::Lock(c, t) => {
-                let g = &s.gates[c as usize];
+                let g = &mut s.gates[c as usize];
                 if Self::has_waiters(g) {
                     Self::enter_gate(&mut s, (c, t), None);
                 } else {
+                    if self.fix >= Fix::WithdrawnPlace {
+                        g.coming += 1;
+                    }
                     let (seen, begun) = (g.signal, g.begun);
                     Self::set(&mut s, (c, t), Thread::First { seen, begun });
                 }
@@ -740,6 +774,7 @@ impl Model for Handoff {
                 };
                 let unchanged = self.fix < Fix::EarlyPlace || s.gates[c as usize].begun == begun;
                 let early = (live && unchanged).then_some((seen, short));
+                self.arrived(&mut s, c);
                 Self::enter_gate(&mut s, (c, t), early);
             }
             Action::Promote(c, t) => {
@@ -811,7 +846,7 @@ impl Model for Handoff {
                 s.redis.in_flight.remove(i);
                 s.faulted = true;
             }
-            Action::GiveUp(c, t) => Self::give_up(&mut s, (c, t))?,
+            Action::GiveUp(c, t) => self.give_up(&mut s, (c, t))?,
             Action::RunWithdraw(c, t) => {
                 let Thread::Withdrawing { .. } = *self.thread(last, (c, t)) else {
                     return None;
@@ -826,6 +861,9 @@ impl Model for Handoff {
                     Self::name_next(r);
                 }
                 s.barged.remove(&c);
+                if self.fix >= Fix::WithdrawnPlace {
+                    Self::leave(&mut s, (c, t));
+                }
                 let worker = &mut s.threads[c as usize][t as usize];
                 worker.left -= 1;
                 worker.now = Thread::Idle;

@@ -70,6 +70,7 @@ struct Covered {
     passed: u32,
     released: [u32; 3],
     named: u32,
+    withdrawn: u32,
 }
 
 /// Runs the Redis step of `action` (the model went from `before` to `after`) as the real
@@ -108,6 +109,17 @@ fn run_step(
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             covered.turns_expired += 1;
+        }
+        Action::RunWithdraw(c, t) => {
+            let Thread::Withdrawing { token } = *model.thread(before, (c, t)) else {
+                panic!("a withdrawal from {:?}", model.thread(before, (c, t)));
+            };
+            let keys = [KEYS.lock.as_str(), KEYS.waiting.as_str()];
+            let args = [token_text(token), KEYS.channel.to_string()];
+            let gives_turn = before.redis.turn.is_none() && after.redis.turn.is_some();
+            let script = mutex_script("mutex/withdraw");
+            assert_eq!(release(conn, script, (&keys, &args), gives_turn), 1);
+            covered.withdrawn += 1;
         }
         // The client's own steps, and a delivery: nothing in Redis changes.
         _ => {}
@@ -223,7 +235,7 @@ fn run_release(
     }
 }
 
-/// Runs a release script; its reply. A release that gives a client its owed turn holds it
+/// Runs a release (or withdrawal) script; its reply. A release that gives a client its owed turn holds it
 /// for 20 ms, and the model's time passes only in its steps: then the script runs in one
 /// transaction with a look at the turn's expiry and a longer one, so that the turn stays
 /// until the model lets it run out (`TurnExpires`).
@@ -330,9 +342,9 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
     let model = Handoff {
         threads: vec![2, 2, 1],
         acquisitions: 3,
-        fix: Fix::EarlyPlace,
+        fix: Fix::WithdrawnPlace,
         faults: false,
-        give_up: false,
+        give_up: true,
     };
     let mut covered = Covered::default();
     for seed in 0..TRACES {
@@ -352,6 +364,7 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
         c.turns_expired,
         c.passed,
         c.named,
+        c.withdrawn,
     ];
     assert!(
         counts.iter().chain(&c.released).all(|&n| n >= 10),
