@@ -90,7 +90,7 @@ fn threads_of_one_client_take_turns_without_failed_attempts() {
                 let mut taken = 0;
                 while !stop.load(Ordering::Relaxed) || taken < 20 {
                     let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
-                    std::thread::sleep(Duration::from_micros(300));
+                    std::thread::sleep(Duration::from_micros(fastrand::u64(0..1_500)));
                     g.unlock().unwrap();
                     taken += 1;
                 }
@@ -463,4 +463,61 @@ fn named_client_beaten(server: &RedisServer, name: &str) -> bool {
     assert!(named_token > barger_token);
     assert!(waiting_clients(server, name).is_empty());
     true
+}
+
+/// Threads of one client that give up at short deadlines, again and again, while a thread of
+/// another client takes the lock in turn with them: a waiter that gives up withdraws its
+/// client only when no sibling waits, comes, or counts on a release on its way, and hands
+/// the place it leaves to a hold of its client, so the other client's waiter is always named
+/// (the model of the hand-off with waiters that give up, `tests/wait_model.rs`). Both clients
+/// re-check only every 60 s, and each of the other client's acquisitions must come well
+/// before that: a forgotten waiter fails the test.
+#[test]
+fn waiters_that_give_up_leave_no_other_client_waiting_for_its_recheck() {
+    let server = RedisServer::start();
+    let slow_recheck = || {
+        Client::builder()
+            .default_lease(Duration::from_secs(180))
+            .renewal_interval(Duration::from_secs(60))
+            .open(server.url())
+            .unwrap()
+    };
+    let (quitters, taker) = (slow_recheck(), slow_recheck());
+    let done = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4u64)
+        .map(|i| {
+            let (m, done) = (quitters.mutex("give-up"), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(i);
+                let (mut won, mut gave_up) = (0u32, 0u32);
+                while !done.load(Ordering::Relaxed) {
+                    let wait = Duration::from_micros(rng.u64(0..1_500));
+                    match m.try_lock_for(wait).unwrap() {
+                        Some(g) => {
+                            won += 1;
+                            std::thread::sleep(Duration::from_micros(rng.u64(0..500)));
+                            drop(g);
+                        }
+                        None => gave_up += 1,
+                    }
+                }
+                (won, gave_up)
+            })
+        })
+        .collect();
+    let m = taker.mutex("give-up");
+    for _ in 0..3000 {
+        let g = m.try_lock_for(Duration::from_secs(30)).unwrap();
+        assert!(g.is_some(), "a waiter of the other client was forgotten");
+        std::thread::sleep(Duration::from_micros(fastrand::u64(0..1_500)));
+    }
+    done.store(true, Ordering::Relaxed);
+    let (mut won, mut gave_up) = (0, 0);
+    for t in threads {
+        let (w, g) = t.join().unwrap();
+        won += w;
+        gave_up += g;
+    }
+    // Both kinds of end were reached many times.
+    assert!(won >= 10 && gave_up >= 10, "won {won}, gave up {gave_up}");
 }

@@ -16,10 +16,11 @@
 //! forgotten (a state in which nothing can happen any more while a thread still waits, so
 //! that only a re-check period would wake it), whether its client is missing from the waiting
 //! set (a lost place) or a release named another client that had nobody waiting (a stale
-//! place). Five versions of the protocol ([`Fix`]): before the fix of the lost place, of the
-//! stale place, of the early place and of the withdrawn place, each of which the model shows
-//! failing (its shortest counterexample); and the protocol as the scripts and the client run
-//! it, which holds every property, with faults and with waiters that give up.
+//! place). Eight versions of the protocol ([`Fix`]): before the fix of the lost place, of the
+//! stale place, of the early place, of the withdrawn place, of the place kept for nobody, of
+//! the turn after a yield and of the place of a waiter that gave up, each of which the model
+//! shows failing (its shortest counterexample); and the protocol as the scripts and the
+//! client run it, which holds every property, with faults and with waiters that give up.
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
 //! counter: exclusion, rising tokens, first come first served, and no waiter forgotten.
@@ -104,7 +105,7 @@ fn the_model_finds_the_early_place_of_the_protocol_before_its_fix() {
 /// The protocol as the scripts and the client run it: every property holds.
 #[test]
 fn the_handoff_keeps_exclusion_and_rising_tokens_and_forgets_no_waiter() {
-    let checker = check(Fix::WithdrawnPlace);
+    let checker = check(Fix::GivenPlace);
     println!("states explored: {}", checker.unique_state_count());
     checker.assert_properties();
 }
@@ -136,7 +137,7 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
         let checker = Handoff {
             threads,
             acquisitions,
-            fix: Fix::WithdrawnPlace,
+            fix: Fix::GivenPlace,
             faults: true,
             give_up: false,
         }
@@ -188,53 +189,15 @@ fn the_model_finds_the_withdrawn_place_of_the_protocol_before_its_fix() {
     println!("{path:?}");
 }
 
-/// The protocol as it runs, with a waiter that gives up at its deadline (once in a run): it
-/// decides in its gate whether to withdraw its client, counting the siblings whose first
-/// attempt is on its way, and leaves the gate once the withdrawal ran. Exclusion, rising
-/// tokens and bounded barging hold, and no waiter's client is missing from the waiting set.
-/// Three configurations (a give-up multiplies the states): two clients of two threads and
-/// one, three clients of two, one and one, one acquisition each; two clients of one thread,
-/// two each.
-///
-/// One property does not hold yet: a waiter may be left behind a stale place (see
-/// [`the_model_finds_a_place_kept_for_a_sibling_that_gave_up`]).
+/// A holder decides that its release keeps its client's place (a sibling waits in the gate);
+/// before Redis runs that release, the sibling gives up, finds nobody else of its client
+/// waiting, and withdraws the client. Before the fix of the kept place, Redis could run the
+/// withdrawal first (it found the lock held and changed nothing more), then the release,
+/// which put the client back among the waiting and named it: nobody of it waited, and a
+/// waiter of another client was left to its re-check. The two decisions were made in order
+/// in the client, but travelled on different connections.
 #[test]
-fn the_handoff_keeps_every_place_when_a_waiter_gives_up() {
-    for (threads, acquisitions) in [(vec![2, 1], 1), (vec![2, 1, 1], 1), (vec![1, 1], 2)] {
-        let checker = Handoff {
-            threads,
-            acquisitions,
-            fix: Fix::WithdrawnPlace,
-            faults: false,
-            give_up: true,
-        }
-        .checker()
-        .spawn_bfs()
-        .join();
-        println!("states explored: {}", checker.unique_state_count());
-        for kept in [
-            "exclusion",
-            "exclusion of the leases that count",
-            "fencing tokens rise",
-            "bounded barging",
-            "no waiter of a client missing from the set",
-        ] {
-            if let Some(path) = checker.discovery(kept) {
-                panic!("{kept}: {:?}", path.into_actions());
-            }
-        }
-    }
-}
-
-/// A flaw whose cause is known and which is not fixed yet: a holder decides that its release
-/// keeps its client's place (a sibling waits in the gate); before Redis runs that release,
-/// the sibling gives up, finds nobody else of its client waiting, and withdraws the client.
-/// Redis runs the withdrawal first (it finds the lock held and changes nothing more), then
-/// the release, which puts the client back among the waiting and names it: nobody of it
-/// waits, and a waiter of another client is left to its re-check. The two decisions are made
-/// in order in the client, but travel on different connections.
-#[test]
-fn the_model_finds_a_place_kept_for_a_sibling_that_gave_up() {
+fn the_model_finds_the_place_kept_for_nobody_before_its_fix() {
     let checker = Handoff {
         threads: vec![2, 1],
         acquisitions: 1,
@@ -259,4 +222,91 @@ fn the_model_finds_a_place_kept_for_a_sibling_that_gave_up() {
     let released = at(&|a| matches!(a, Action::RunRelease(0, _)));
     assert!(kept < gave_up && withdrawn < released, "{path:?}");
     println!("{path:?}");
+}
+
+/// A client gives the lock up to the other clients at the end of a run of passes (a yield),
+/// and its release names it all the same (it waited longest); its last waiter then gives up.
+/// Before the fix of the turn after a yield, a client that had just yielded counted as
+/// waiting for that thread, which so left without withdrawing its client: nobody took the
+/// lock its client was named for, and the other client's waiter was left to its re-check.
+#[test]
+fn the_model_finds_the_turn_after_a_yield_before_its_fix() {
+    let checker = Handoff {
+        threads: vec![2, 1],
+        acquisitions: 1,
+        fix: Fix::KeptPlace,
+        faults: false,
+        give_up: true,
+    }
+    .checker()
+    .finish_when(HasDiscoveries::AnyOf(
+        ["no waiter behind a stale place"].into(),
+    ))
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("no waiter behind a stale place")
+        .expect("the model no longer finds the turn after a yield")
+        .into_actions();
+    assert!(path.contains(&Action::Release(0, 0, true)), "{path:?}");
+    assert!(
+        !path.iter().any(|a| matches!(a, Action::RunWithdraw(..))),
+        "{path:?}"
+    );
+    println!("{path:?}");
+}
+
+/// A thread's attempt fails while a sibling holds, and makes its client a place that counts
+/// from a new tick of the fencing counter (above the hold's token); the thread then gives
+/// up, while the sibling still holds. Before the fix of the place of a waiter that gave up,
+/// nobody gave that place up: the thread had no release of its own, and the sibling's release
+/// gave up only places below its token, so it named the client with nobody waiting.
+#[test]
+fn the_model_finds_the_place_of_a_waiter_that_gave_up_before_its_fix() {
+    let checker = Handoff {
+        threads: vec![2, 1],
+        acquisitions: 1,
+        fix: Fix::YieldedTurn,
+        faults: false,
+        give_up: true,
+    }
+    .checker()
+    .finish_when(HasDiscoveries::AnyOf(
+        ["no waiter behind a stale place"].into(),
+    ))
+    .spawn_bfs()
+    .join();
+    let path = checker
+        .discovery("no waiter behind a stale place")
+        .expect("the model no longer finds the place of a waiter that gave up")
+        .into_actions();
+    let at = |f: &dyn Fn(&Action) -> bool| path.iter().position(f);
+    let gave_up = at(&|a| matches!(a, Action::GiveUp(0, _)));
+    let released = at(&|a| matches!(a, Action::Release(0, _, _)));
+    assert!(gave_up < released, "{path:?}");
+    println!("{path:?}");
+}
+
+/// The protocol as it runs, with a waiter that gives up at its deadline (once in a run): it
+/// decides in its gate whether to withdraw its client, counting the siblings whose first
+/// attempt is on its way, after any release on its way that keeps its client's place, and
+/// leaves the gate once the withdrawal ran. Every property holds. Three configurations (a
+/// give-up multiplies the states): two clients of two threads and one, three clients of
+/// two, one and one, one acquisition each; two clients of one thread, two each.
+#[test]
+fn the_handoff_forgets_no_waiter_when_a_waiter_gives_up() {
+    for (threads, acquisitions) in [(vec![2, 1], 1), (vec![2, 1, 1], 1), (vec![1, 1], 2)] {
+        let checker = Handoff {
+            threads,
+            acquisitions,
+            fix: Fix::GivenPlace,
+            faults: false,
+            give_up: true,
+        }
+        .checker()
+        .spawn_bfs()
+        .join();
+        println!("states explored: {}", checker.unique_state_count());
+        checker.assert_properties();
+    }
 }

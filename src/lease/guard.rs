@@ -20,7 +20,7 @@ use crate::lease::reentrancy;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
 use crate::stats::Counters;
-use crate::waiting::Place;
+use crate::waiting::{Keeping, Place};
 
 /// A held lock (see the public guards for what each method promises). Not `Send`: it belongs
 /// to the thread that locked.
@@ -44,7 +44,7 @@ impl LeaseGuard {
             hold,
             released: false,
             value: None,
-            place: std::cell::Cell::new(Place::GiveUp),
+            place: std::cell::Cell::new(Place::GiveUp { given: 0 }),
             _not_send: PhantomData,
         }
     }
@@ -133,7 +133,8 @@ impl LeaseGuard {
         self.released = true;
         if reentrancy::exit(self.ctx.id, &self.hold.lock_key) {
             if self.hold.cohort.is_some() {
-                self.ctx.gates.hold_ends(&self.hold.lock_key, false);
+                // Nothing is released: a place kept is kept until the lease runs out.
+                drop(self.ctx.gates.hold_ends(&self.hold.lock_key, false));
             }
             if let Some(id) = self.hold.renewal_id() {
                 self.ctx.renewal.cancel(id);
@@ -224,16 +225,19 @@ impl LeaseGuard {
         let result = match self.pass_on_within_client() {
             Some(Ok(())) => Ok(()),
             passed => {
+                let mut keeping = None;
                 if let Some(cohort) = self.hold.cohort {
                     // A run of passes that reached its bound gives the lock up to the other
                     // waiting clients: this client's threads wait behind them.
                     let yielded = passed.is_none() && cohort.contested();
-                    self.place
-                        .set(self.ctx.gates.hold_ends(&self.hold.lock_key, yielded));
+                    let (place, kept) = self.ctx.gates.hold_ends(&self.hold.lock_key, yielded);
+                    self.place.set(place);
+                    keeping = kept;
                 }
+                // A release that keeps its client's place holds `keeping` until it has run.
                 match (passed, reply, self.written()) {
                     (Some(lost), _, _) => lost,
-                    (None, Reply::Later, None) => self.release_unread(),
+                    (None, Reply::Later, None) => self.release_unread(keeping),
                     (None, ..) => self.release_in_redis(),
                 }
             }
@@ -309,12 +313,17 @@ impl LeaseGuard {
     /// as soon as Redis reads it, and the reply is checked by whoever reads it
     /// ([`settle_release`]). A release that could not be written is sent as `unlock` sends
     /// it, or left to the renewal thread when no connection could be had.
-    fn release_unread(&self) -> Result<()> {
+    fn release_unread(&self, keeping: Option<Keeping>) -> Result<()> {
         let (ctx, hold) = (Arc::downgrade(&self.ctx), Arc::clone(&self.hold));
         let call = self.release_call();
+        // Until its reply is read; and, should the write fail, until the release sent after.
+        let until_read = keeping.as_ref().map(Keeping::also);
         let sent = self.ctx.lessor.release_unread(
             self.hold.call(&call, self.doing("releasing")),
-            Box::new(move |reply| settle_release(&ctx, &hold, reply)),
+            Box::new(move |reply| {
+                settle_release(&ctx, &hold, reply);
+                drop(until_read);
+            }),
         );
         match sent {
             Ok(true) => Ok(()),
@@ -471,15 +480,26 @@ pub(crate) fn lost(ctx: &LockContext, hold: &Hold, reason: LostReason) -> Error 
 /// client never took one (`place`).
 fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
     match (hold.hand_off, hold.cohort, place) {
-        (Some(hand_off), Some(_), Place::Keep | Place::GiveUp) => hand_off.release_held(
+        (Some(hand_off), Some(_), Place::Keep) => hand_off.release_held(
             &hold.keys,
-            // Places from before the hold are given up, and one this thread's own attempts
-            // made while a sibling held (whose score may be above the hold's token).
+            (&hold.token, hold.fencing_token),
+            true,
+            ctx.renewal.lease() * 2,
+        ),
+        (Some(hand_off), Some(_), Place::GiveUp { given }) => hand_off.release_held(
+            &hold.keys,
+            // Places up to the hold's token are given up (one its own take made is for
+            // threads that waited then, gone now), and those that this thread's own attempts
+            // or a sibling's that gave up made while a sibling held (whose scores may be
+            // above the hold's token).
             (
                 &hold.token,
-                hold.fencing_token.max(hold.own_place.saturating_add(1)),
+                hold.fencing_token
+                    .max(hold.own_place)
+                    .max(given)
+                    .saturating_add(1),
             ),
-            place == Place::Keep,
+            false,
             ctx.renewal.lease() * 2,
         ),
         _ => hold.protocol.release(&hold.keys, &hold.token),
@@ -490,7 +510,7 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
 /// waiter left); the renewal thread finishes a release that did not get an answer.
 #[cold]
 pub(crate) fn give_back(ctx: &LockContext, hold: &Hold) {
-    let place = ctx.gates.hold_ends(&hold.lock_key, false);
+    let (place, _keeping) = ctx.gates.hold_ends(&hold.lock_key, false);
     let call = release_call_of(ctx, hold, place);
     let doing = Doing::lock("releasing", &hold.name);
     if let Err(e) = ctx.lessor.release(hold.call(&call, doing)) {

@@ -24,8 +24,8 @@ use crate::lease::renewal::Registration;
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{
-    self, Attempt, Cohort, Contending, Early, HoldsBegun, Outage, Passed, Queued, Subscription,
-    Taker, Turn,
+    self, Attempt, Cohort, Contending, Early, GatePass, HoldsBegun, Outage, Passed, Queued,
+    Subscription, Taker, Turn,
 };
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
@@ -423,7 +423,16 @@ impl RawLock {
                 early,
                 taker,
             };
-            let give_up = |others_wait| self.withdraw(keys, token, others_wait);
+            let give_up = |pass: &GatePass<'_>| {
+                // The last waiter of its client withdraws it after the releases on their way
+                // that keep its place.
+                if !pass.others_wait() {
+                    let settle = || ctx.lessor.settle_unread();
+                    pass.await_kept_places(ctx.config.response_timeout, settle);
+                }
+                let others_wait = pass.gives_up(told.own_place());
+                self.withdraw(keys, token, others_wait);
+            };
             waiting::contend(ctx.waiting(), contending, attempt, (take_over, give_up))
         })
     }

@@ -185,6 +185,9 @@ struct GateState {
     baton: Option<Baton>,
     listener: Option<Listener>,
     passed: Option<Passed>,
+    /// Releases on their way that keep this client's place among the lock's waiting clients
+    /// (see [`Keeping`]).
+    keeping: usize,
 }
 
 #[derive(Default)]
@@ -201,9 +204,10 @@ const YIELD_FOR: Duration = Duration::from_secs(1);
 #[derive(Clone, Copy)]
 enum LastHold {
     /// A thread of it holds the lock; `placed`: the client may have a place among the lock's
-    /// waiting clients in Redis (a thread of it attempted after a wait, or entered the gate,
-    /// since the run of holds began).
-    Now { placed: bool },
+    /// waiting clients in Redis (a thread of it attempted after a wait, entered the gate or
+    /// gave up, since the run of holds began); `given`: the highest score of a place made by
+    /// the attempts of a thread that gave up meanwhile (see [`GatePass::gives_up`]).
+    Now { placed: bool, given: u64 },
     /// It released the lock to other waiting clients at the end of a run of passes, then.
     Yielded(Instant),
 }
@@ -215,10 +219,38 @@ pub(crate) enum Place {
     /// The client never took one since its run of holds began (every hold of it was won at a
     /// first attempt, and no other thread of it came for the lock): the plain release.
     Never,
-    /// It may have one from before this hold, which nobody of it waits for any more: given up.
-    GiveUp,
+    /// It may have one from before this hold, or one its own take made for threads that
+    /// waited then, which nobody of it waits for any more: given up, and one with a score up
+    /// to the one given (see [`GatePass::gives_up`]).
+    GiveUp { given: u64 },
     /// More of its threads wait: it waits behind every client waiting now.
     Keep,
+}
+
+/// A release on its way that keeps its client's place among the lock's waiting clients (it
+/// was decided while threads of the client waited in the gate), until the release has run in
+/// Redis or its fate is left to the renewal thread: a thread of the client that gives up
+/// meanwhile waits for it before it withdraws its client, so that the release cannot put
+/// the client back after the withdrawal (`tests/wait_model.rs`, the place kept for nobody).
+pub(crate) struct Keeping(Arc<Gate>);
+
+impl Keeping {
+    /// One more count of the same release, for what may end it besides this one (the
+    /// handler of a reply read later, and the release sent after a write that failed).
+    pub(crate) fn also(&self) -> Keeping {
+        self.0.state.lock().keeping += 1;
+        Keeping(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Keeping {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock();
+        state.keeping -= 1;
+        if state.keeping == 0 {
+            self.0.turn.notify_all();
+        }
+    }
 }
 
 /// What a thread found when it entered a gate.
@@ -251,7 +283,10 @@ struct Shard {
     /// Threads that attempt outside the gate, or whose first attempt failed and which have
     /// not entered the gate yet (see [`Coming`]), by key.
     coming: FastHashMap<Arc<str>, usize>,
-    /// How many holds of this shard's locks began (see [`HoldsBegun`]).
+    /// Keys whose place among the waiting a thread that gave up left to siblings on their way
+    /// to the gate (see [`GatePass::gives_up`]): the next hold is placed.
+    handed: FastHashMap<Arc<str>, ()>,
+    /// How many holds of this shard's locks began or gave places up (see [`HoldsBegun`]).
     holds_begun: u64,
 }
 
@@ -353,20 +388,62 @@ impl GatePass<'_> {
         self.begun != mark
     }
 
+    /// For a thread that gives up while no other thread of its client waits (see
+    /// [`others_wait`](Self::others_wait)): waits until the releases on their way that keep
+    /// its client's place have run (see [`Keeping`]), reading with `settle` the replies
+    /// nobody waited for (a release written by a guard's drop ends when its reply is read),
+    /// for at most `within`.
+    pub(crate) fn await_kept_places(&self, within: Duration, settle: impl Fn()) {
+        let until = Instant::now() + within;
+        while self.gate.state.lock().keeping > 0 && Instant::now() < until {
+            settle();
+            let mut state = self.gate.state.lock();
+            if state.keeping > 0 {
+                let slice = Instant::now() + Duration::from_millis(5);
+                self.gate.turn.wait_until(&mut state, slice.min(until));
+            }
+        }
+    }
+
     /// The lock passed to this leader, if one was.
     pub(crate) fn take_passed(&self) -> Option<Passed> {
         self.gate.state.lock().passed.take().map(Passed::take)
     }
 
     /// Whether, besides this thread, threads of this client wait for the lock, come for it
-    /// (see [`Coming`]), hold it with a hold they may pass on, or just gave it up to other
-    /// clients. Asked by a thread that gives up, while it is still in the gate: a thread
-    /// that comes after this answer goes through the gate, behind the withdrawal.
+    /// (see [`Coming`]) or hold it with a hold they may pass on. Asked by a thread that gives
+    /// up, while it is still in the gate: a thread that comes after this answer goes through
+    /// the gate, behind the withdrawal. A client that just gave the lock up to other clients
+    /// (a yield) waits no more for that: a release may have named it since.
     pub(crate) fn others_wait(&self) -> bool {
-        let shard = self.gates.shard(&self.key).lock();
-        shard.held.contains_key(&self.key)
-            || shard.coming.contains_key(&self.key)
-            || self.gate.state.lock().inside > 1
+        Self::others_in(&self.gates.shard(&self.key).lock(), self)
+    }
+
+    fn others_in(shard: &Shard, pass: &GatePass<'_>) -> bool {
+        matches!(shard.held.get(&pass.key), Some(LastHold::Now { .. }))
+            || shard.coming.contains_key(&pass.key)
+            || pass.gate.state.lock().inside > 1
+    }
+
+    /// This thread gives up its wait, `own_place` the highest score of a place its attempts
+    /// made while a sibling held (0: none): whether other threads wait (see
+    /// [`others_wait`](Self::others_wait)), else it withdraws its client. The place it leaves
+    /// is given up by a hold of a sibling that lasts (its release gives up places up to
+    /// `own_place` too), or by the next hold, when it leaves it to siblings on their way.
+    pub(crate) fn gives_up(&self, own_place: u64) -> bool {
+        let mut shard = self.gates.shard(&self.key).lock();
+        let others = Self::others_in(&shard, self);
+        match shard.held.get_mut(&self.key) {
+            Some(LastHold::Now { placed, given }) => {
+                *placed = true;
+                *given = (*given).max(own_place);
+            }
+            _ if others => {
+                shard.handed.insert(Arc::clone(&self.key), ());
+            }
+            _ => {}
+        }
+        others
     }
 }
 
@@ -399,36 +476,52 @@ impl Gates {
     pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
         let mut shard = self.shard(key).lock();
         shard.holds_begun += 1;
+        let handed = !shard.handed.is_empty() && shard.handed.remove(&**key).is_some();
         let held = &mut shard.held;
-        let placed = placed || matches!(held.get(&**key), Some(LastHold::Now { placed: true }));
-        held.insert(Arc::clone(key), LastHold::Now { placed });
+        let (placed, given) = match held.get(&**key) {
+            Some(&LastHold::Now { placed: was, given }) => (placed || was || handed, given),
+            _ => (placed || handed, 0),
+        };
+        held.insert(Arc::clone(key), LastHold::Now { placed, given });
     }
 
     /// The hold of `key` ends in Redis (released, kept until it expires, lost): returns what
     /// its release does with the client's place among the lock's waiting clients. Threads of
-    /// this client that wait for it count on that release to keep the place. `yielded`: the
-    /// release gives the lock up to other waiting clients (a run of passes reached its
-    /// bound), and a thread that comes for it soon waits behind them; else a thread that
-    /// enters later attempts as usual.
-    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> Place {
+    /// this client that wait for it count on that release to keep the place; the release
+    /// holds the [`Keeping`] until it has run. `yielded`: the release gives the lock up to
+    /// other waiting clients (a run of passes reached its bound), and a thread that comes for
+    /// it soon waits behind them; else a thread that enters later attempts as usual.
+    pub(crate) fn hold_ends(&self, key: &str, yielded: bool) -> (Place, Option<Keeping>) {
         let mut shard = self.shard(key).lock();
-        let waiting = shard
-            .gates
-            .get(key)
-            .is_some_and(|g| g.state.lock().inside > 0);
+        let keeping = shard.gates.get(key).and_then(|g| {
+            let mut state = g.state.lock();
+            (state.inside > 0).then(|| {
+                state.keeping += 1;
+                Keeping(Arc::clone(g))
+            })
+        });
         let held = &mut shard.held;
-        let placed = !matches!(held.get(key), Some(LastHold::Now { placed: false }));
+        let (placed, given) = match held.get(key) {
+            Some(&LastHold::Now { placed, given }) => (placed, given),
+            _ => (true, 0),
+        };
         match (yielded, held.get_mut(key)) {
             (true, Some(state)) => *state = LastHold::Yielded(Instant::now()),
             _ => {
                 held.remove(key);
             }
         }
-        match waiting {
+        let place = match keeping.is_some() {
             true => Place::Keep,
-            false if placed => Place::GiveUp,
+            false if placed => {
+                // A thread on its way to the gate may have found the place this release
+                // gives up: it attempts again as the gate's leader.
+                shard.holds_begun += 1;
+                Place::GiveUp { given }
+            }
             false => Place::Never,
-        }
+        };
+        (place, keeping)
     }
 
     /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
@@ -487,7 +580,7 @@ impl Gates {
     /// yield that is over.
     fn entered(held: &mut FastHashMap<Arc<str>, LastHold>, key: &str) -> Entered {
         match held.get_mut(key) {
-            Some(LastHold::Now { placed }) => {
+            Some(LastHold::Now { placed, .. }) => {
                 // This thread may attempt (and take a place) before the hold ends.
                 *placed = true;
                 Entered::SiblingHeld
@@ -682,6 +775,77 @@ mod tests {
             !leader.others_wait(),
             "a thread that went away counts no more"
         );
+    }
+
+    /// The place kept for nobody (`tests/wait_model.rs`): a thread that gives up, its
+    /// client's last waiter, waits for a release on its way that keeps its client's place,
+    /// reading unread replies meanwhile.
+    #[test]
+    fn a_thread_that_gives_up_waits_for_a_release_that_keeps_its_place() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        gates.hold_begins(&key, false);
+        let leader = gates.lead(&key, None, None).ok().unwrap();
+        let (place, keeping) = gates.hold_ends(&key, false);
+        assert_eq!(place, Place::Keep, "a thread waits in the gate");
+        let until_read = keeping.as_ref().map(Keeping::also);
+        drop(keeping);
+        assert!(!leader.others_wait());
+        let settled = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                drop(until_read);
+            });
+            leader.await_kept_places(Duration::from_secs(600), || {
+                settled.fetch_add(1, Ordering::SeqCst);
+            });
+            assert_eq!(
+                leader.gate.state.lock().keeping,
+                0,
+                "it waited for the release"
+            );
+        });
+        assert!(settled.load(Ordering::SeqCst) >= 1);
+        // Nothing on its way: it does not wait.
+        leader.await_kept_places(Duration::from_secs(600), || panic!("settled"));
+        drop(leader);
+        let (place, keeping) = gates.hold_ends(&key, false);
+        assert!(place != Place::Keep && keeping.is_none(), "nobody waits");
+    }
+
+    /// The place of a waiter that gave up (`tests/wait_model.rs`): a sibling's hold that
+    /// lasts takes it over (its release gives it up), else the next hold does.
+    #[test]
+    fn the_place_of_a_thread_that_gives_up_goes_to_a_hold_of_its_client() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        // A sibling holds, taken at a first attempt (no place of the client known).
+        gates.hold_begins(&key, false);
+        let waiter = gates.lead(&key, None, None).ok().unwrap();
+        assert!(waiter.gives_up(7), "a sibling holds");
+        drop(waiter);
+        let (place, keeping) = gates.hold_ends(&key, false);
+        assert_eq!(place, Place::GiveUp { given: 7 });
+        assert!(keeping.is_none());
+
+        // Nobody holds; a sibling's first attempt is on its way.
+        let coming = gates.attempt_first(&key).unwrap();
+        let waiter = gates.lead(&key, None, None).ok().unwrap();
+        let mark = coming.begun;
+        assert!(waiter.gives_up(0), "a sibling is on its way");
+        drop(waiter);
+        drop(coming);
+        gates.hold_begins(&key, false);
+        let (place, _) = gates.hold_ends(&key, false);
+        assert_eq!(
+            place,
+            Place::GiveUp { given: 0 },
+            "the next hold gives it up"
+        );
+        // That release may undo a first attempt made before it.
+        let pass = gates.lead(&key, None, None).ok().unwrap();
+        assert!(pass.held_since(mark));
     }
 
     /// The early place (`tests/wait_model.rs`): a thread that attempted outside the gate

@@ -27,7 +27,7 @@ use crate::stats::Counters;
 
 pub(crate) use backoff::Backoff;
 pub(crate) use gate::{
-    Baton, Cohort, Coming, Entered, GatePass, Gates, HoldsBegun, Passed, Place, Taker,
+    Baton, Cohort, Coming, Entered, GatePass, Gates, HoldsBegun, Keeping, Passed, Place, Taker,
     COHORT_PASSES,
 };
 pub(crate) use outage::Outage;
@@ -168,15 +168,16 @@ impl WaitContext<'_> {
 /// `take_over`
 /// makes what was won of a lock passed to it, without a round trip.
 ///
-/// A thread whose deadline passes gives up while it is still in the gate: `give_up` is told
-/// whether other threads of its client wait (see [`GatePass::others_wait`]), and withdraws
-/// what its attempts claimed before a thread of its client that comes later attempts.
+/// A thread whose deadline passes gives up while it is still in the gate: `give_up` gets its
+/// place there, asks it whether other threads of its client wait (see
+/// [`GatePass::others_wait`]), and withdraws what its attempts claimed before a thread of
+/// its client that comes later attempts.
 #[cold]
 pub(crate) fn contend<W>(
     w: WaitContext<'_>,
     contending: Contending<'_>,
     mut attempt: impl FnMut(Turn) -> Result<Attempt<W>>,
-    (mut take_over, give_up): (impl FnMut(Passed) -> Result<W>, impl FnOnce(bool)),
+    (mut take_over, give_up): (impl FnMut(Passed) -> Result<W>, impl FnOnce(&GatePass<'_>)),
 ) -> Result<Option<W>> {
     let Contending {
         lock_key,
@@ -191,7 +192,7 @@ pub(crate) fn contend<W>(
     let pass = match w.gates.lead(lock_key, deadline, coming) {
         Ok(pass) => pass,
         Err(follower) => {
-            give_up(follower.others_wait());
+            give_up(&follower);
             return wait.finish(Ok(None));
         }
     };
@@ -249,7 +250,7 @@ pub(crate) fn contend<W>(
                 let won = took_over(&pass, &mut pause, named, take_over(passed));
                 return wait.finish(won);
             }
-            give_up(pass.others_wait());
+            give_up(&pass);
             return wait.finish(Ok(None));
         }
         waited = named;

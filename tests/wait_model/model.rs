@@ -85,6 +85,10 @@ pub(crate) enum Thread {
     /// Gave up at its deadline, its client's last waiter: `mutex/withdraw.lua` is on its way
     /// (from `Fix::WithdrawnPlace`, while the thread is still in its gate).
     Withdrawing { token: Token },
+    /// Gave up at its deadline, its client's last waiter, while a release that keeps its
+    /// client's place is on its way: it waits in its gate, no longer listening for a pass,
+    /// until that release has run (`Fix::KeptPlace`).
+    GivingUp { token: Token },
     /// Decided to release in Redis, with what the release does with its client's place.
     Releasing {
         token: Token,
@@ -119,6 +123,17 @@ pub(crate) struct Gate {
     /// Threads whose first attempt, outside the gate, is on its way or failed, and which have
     /// not entered the gate yet (`Gates::coming`; counted from `Fix::WithdrawnPlace`).
     pub(crate) coming: u8,
+    /// Releases on their way that keep the client's place among the waiting (for threads in
+    /// the gate when the release was decided; counted from `Fix::KeptPlace`).
+    pub(crate) keeping: u8,
+    /// The highest score of a place made by the attempts of a thread that gave up while a
+    /// sibling held, for the hold's release to give up (`LastHold::Now::given`; from
+    /// `Fix::GivenPlace`).
+    pub(crate) given: u32,
+    /// A thread that gave up left its client's place to siblings on their way to the gate:
+    /// the next hold of the client gives it up on release when nobody waits
+    /// (`Shard::handed`; from `Fix::GivenPlace`).
+    pub(crate) handed: bool,
     /// The client's wake-ups (announcements that named it, pokes).
     pub(crate) signal: u8,
 }
@@ -207,6 +222,9 @@ pub(crate) enum Action {
     GiveUp(u8, u8),
     /// Redis runs a withdrawal.
     RunWithdraw(u8, u8),
+    /// The releases that kept the place of a thread's client, on their way when it gave up,
+    /// have run: it decides whether to withdraw its client.
+    GiveUpAfter(u8, u8),
 }
 
 /// Which version of the protocol the model runs.
@@ -229,6 +247,21 @@ pub(crate) enum Fix {
     /// whose first attempt is on its way or failed: a thread that comes meanwhile goes through
     /// the gate, behind the withdrawal.
     WithdrawnPlace,
+    /// And a thread that gives up, its client's last waiter, while a release that keeps its
+    /// client's place is on its way, waits in its gate until that release has run before it
+    /// decides: the withdrawal comes after the release.
+    KeptPlace,
+    /// And a client that just gave the lock up to other clients (a yield) does not count as
+    /// waiting for a thread of it that gives up: its withdrawal passes on a turn that a
+    /// release after the yield named its client for.
+    YieldedTurn,
+    /// And a thread that gives up while a sibling holds hands that hold the score of the
+    /// place its own attempts made while its client held (`Worker::placed_at`, which may be
+    /// above the hold's token), and a release that gives places up gives up the one at its
+    /// own token too (made by its take for threads that waited then, and have left); a thread
+    /// on its way to the gate, whose first attempt such a release may have undone, attempts
+    /// again as the gate's leader.
+    GivenPlace,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -375,7 +408,8 @@ impl Handoff {
         s.threads[c as usize][t as usize].leased = leased;
         let g = &mut s.gates[c as usize];
         let kept = matches!(g.held, Some(true));
-        g.held = Some(placed || kept);
+        let handed = std::mem::take(&mut g.handed);
+        g.held = Some(placed || kept || handed);
         g.yielded = false;
         g.begun += 1;
         Self::set(s, (c, t), Thread::Holding { token, fence });
@@ -420,7 +454,8 @@ impl Handoff {
                 let more = g.inside > 1;
                 let seen = g.signal;
                 Self::leave_gate(s, c);
-                if more {
+                // The baton is left in the gate, and goes with it when it empties.
+                if more && s.gates[c as usize].inside > 0 {
                     s.gates[c as usize].baton = Some(seen);
                 }
                 self.begin_hold(s, (c, t), token, fence, true);
@@ -474,7 +509,7 @@ impl Handoff {
                 Ok(fence) => {
                     Self::taken_in_redis(s, c);
                     Self::leave_gate(s, c);
-                    if ask.more {
+                    if ask.more && s.gates[c as usize].inside > 0 {
                         s.gates[c as usize].baton = Some(seen);
                     }
                     self.begin_hold(s, (c, t), token, fence, true);
@@ -502,14 +537,21 @@ impl Handoff {
         }
     }
 
-    fn release(s: &mut State, (c, t): (u8, u8), yielded: bool) -> Option<()> {
+    fn release(&self, s: &mut State, (c, t): (u8, u8), yielded: bool) -> Option<()> {
         let Thread::Holding { token, fence } = s.threads[c as usize][t as usize].now else {
             return None;
         };
-        // A place of its own attempts, made while its client held, is given up too.
+        // A place of its own attempts, made while its client held, is given up too, and one
+        // of a sibling that gave up meanwhile.
         let placed_at = s.threads[c as usize][t as usize].placed_at;
-        let fence = fence.max(placed_at.saturating_add(1));
         let g = &mut s.gates[c as usize];
+        let given = std::mem::take(&mut g.given);
+        let fence = match self.fix >= Fix::GivenPlace {
+            // And the place its own take made for the threads then waiting, at its token:
+            // they are gone when its release gives places up.
+            true => fence.max(placed_at).max(given).saturating_add(1),
+            false => fence.max(placed_at.saturating_add(1)),
+        };
         let placed = g.held.take().unwrap_or(true);
         g.yielded = yielded;
         let place = match (g.inside > 0, placed) {
@@ -517,6 +559,14 @@ impl Handoff {
             (false, true) => Place::GiveUp,
             (false, false) => Place::Never,
         };
+        if place == Place::Keep && self.fix >= Fix::KeptPlace {
+            g.keeping += 1;
+        }
+        if place == Place::GiveUp && self.fix >= Fix::GivenPlace {
+            // It may give up the place a thread on its way to the gate found: that thread
+            // attempts again as the gate's leader (as after a hold that began).
+            g.begun += 1;
+        }
         let releasing = Thread::Releasing {
             token,
             fence,
@@ -529,7 +579,9 @@ impl Handoff {
     /// Thread `(c, t)` gives up its wait (`waiting::contend`, `RawLock::withdraw`), and
     /// withdraws its client when no other thread of the client waits, comes, holds or just
     /// gave the lock up. From `Fix::WithdrawnPlace` it decides this in its gate, and leaves
-    /// the gate once the withdrawal ran; before, it left the gate first.
+    /// the gate once the withdrawal ran; before, it left the gate first. From
+    /// `Fix::KeptPlace`, a release on its way that keeps its client's place makes it wait
+    /// for that release first.
     fn give_up(&self, s: &mut State, (c, t): (u8, u8)) -> Option<()> {
         s.gave_up = true;
         let token = Self::token(s, (c, t));
@@ -538,14 +590,41 @@ impl Handoff {
         else {
             return None;
         };
+        let g = &s.gates[c as usize];
+        if self.fix >= Fix::KeptPlace && !self.others_wait(g) && g.keeping > 0 {
+            Self::set(s, (c, t), Thread::GivingUp { token });
+            return Some(());
+        }
+        self.decide_give_up(s, (c, t), token);
+        Some(())
+    }
+
+    /// Whether other threads of client `c`, besides one in its gate, wait, come or hold the
+    /// lock (`GatePass::others_wait`); or, before `Fix::YieldedTurn`, just gave it up.
+    fn others_wait(&self, g: &Gate) -> bool {
+        let yielded = g.yielded && self.fix < Fix::YieldedTurn;
+        g.held.is_some() || yielded || g.coming > 0 || g.inside > 1
+    }
+
+    /// A thread that gave up decides whether to withdraw its client.
+    fn decide_give_up(&self, s: &mut State, (c, t): (u8, u8), token: Token) {
         let in_gate = self.fix >= Fix::WithdrawnPlace;
         let g = &s.gates[c as usize];
         let others = match in_gate {
-            true => g.held.is_some() || g.yielded || g.coming > 0 || g.inside > 1,
+            true => self.others_wait(g),
             false => g.held.is_some() || g.yielded || g.inside > 1,
         };
         if !in_gate || others {
             Self::leave(s, (c, t));
+        }
+        let placed_at = s.threads[c as usize][t as usize].placed_at;
+        let g = &mut s.gates[c as usize];
+        if self.fix >= Fix::GivenPlace && g.held.is_some() {
+            // The hold's release gives the client's place up (`Place::GiveUp`).
+            g.held = Some(true);
+            g.given = g.given.max(placed_at);
+        } else if self.fix >= Fix::GivenPlace && others {
+            g.handed = true;
         }
         let worker = &mut s.threads[c as usize][t as usize];
         worker.placed_at = 0;
@@ -555,7 +634,6 @@ impl Handoff {
         } else {
             worker.now = Thread::Withdrawing { token };
         }
-        Some(())
     }
 
     /// Thread `(c, t)` leaves its gate without the lock.
@@ -570,7 +648,7 @@ impl Handoff {
         }
     }
 
-    fn run_release(s: &mut State, (c, t): (u8, u8)) -> Option<()> {
+    fn run_release(&self, s: &mut State, (c, t): (u8, u8)) -> Option<()> {
         match s.threads[c as usize][t as usize].now {
             // `mutex/pass_on.lua`: a new fencing token for the leader. A pass that finds the
             // lease lost is the releasing guard's `LockLost`; the leader waits on.
@@ -589,7 +667,7 @@ impl Handoff {
                     // released in Redis instead (`Gates::pass_on`, `give_back`), as the hold
                     // it was.
                     Self::set(s, (c, t), Thread::Holding { token, fence });
-                    return Self::release(s, (c, t), false);
+                    return self.release(s, (c, t), false);
                 }
                 let g = &mut s.gates[c as usize];
                 g.passed = Some((token, s.redis.counter));
@@ -601,6 +679,9 @@ impl Handoff {
                 fence,
                 place,
             } => {
+                if place == Place::Keep && self.fix >= Fix::KeptPlace {
+                    s.gates[c as usize].keeping -= 1;
+                }
                 if s.redis.lock == Some(token) {
                     s.redis.lock = None;
                     let r = &mut s.redis;
@@ -712,6 +793,9 @@ impl Model for Handoff {
                         actions.push(Action::RunRelease(c, t))
                     }
                     Thread::Withdrawing { .. } => actions.push(Action::RunWithdraw(c, t)),
+                    Thread::GivingUp { .. } if g.keeping == 0 => {
+                        actions.push(Action::GiveUpAfter(c, t))
+                    }
                     _ => {}
                 }
             }
@@ -817,8 +901,8 @@ impl Model for Handoff {
                 };
                 Self::set(&mut s, (c, t), Thread::Passing { token, fence });
             }
-            Action::Release(c, t, yielded) => Self::release(&mut s, (c, t), yielded)?,
-            Action::RunRelease(c, t) => Self::run_release(&mut s, (c, t))?,
+            Action::Release(c, t, yielded) => self.release(&mut s, (c, t), yielded)?,
+            Action::RunRelease(c, t) => self.run_release(&mut s, (c, t))?,
             Action::Deliver(i) => {
                 let client = s.redis.in_flight.remove(i);
                 s.gates[client as usize].signal += 1;
@@ -847,6 +931,12 @@ impl Model for Handoff {
                 s.faulted = true;
             }
             Action::GiveUp(c, t) => self.give_up(&mut s, (c, t))?,
+            Action::GiveUpAfter(c, t) => {
+                let Thread::GivingUp { token } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                self.decide_give_up(&mut s, (c, t), token);
+            }
             Action::RunWithdraw(c, t) => {
                 let Thread::Withdrawing { .. } = *self.thread(last, (c, t)) else {
                     return None;
