@@ -5,7 +5,9 @@
 //! is a helper process inside its host, which stamps its events with CLOCK_MONOTONIC, so that
 //! events of different processes order on one clock. Each test asserts that the old holder is
 //! told its lease is lost before the new holder's acquire returns, that the new holder's
-//! fencing token is larger, and that after the heal nothing of the old holder is left.
+//! fencing token is larger, and that after the heal nothing of the old holder is left. On
+//! Sentinel and Cluster the same holds for an election: the old leader is told before the
+//! new leader's `campaign` returns, and its term is the smaller.
 //!
 //! Needs root and iproute2 (`ip`): elsewhere the tests print that they are skipped, except
 //! when `CI` is set, where they fail.
@@ -96,7 +98,37 @@ fn acquired(helper: &mut Helper, what: &str, limit: Duration) -> Event {
 }
 
 fn lock(helper: &mut Helper, name: &str, wait: Duration) -> Event {
-    helper.send(&format!("lock {name} {}", wait.as_millis()));
+    take(helper, Take::Lock, name, wait)
+}
+
+/// What a scenario's holders take: a `Mutex`, or the leadership of an election (a `Mutex`
+/// of its own name, with the leader's record beside it).
+#[derive(Clone, Copy)]
+enum Take {
+    Lock,
+    Campaign,
+}
+
+impl Take {
+    /// The helper's command.
+    fn verb(self) -> &'static str {
+        match self {
+            Take::Lock => "lock",
+            Take::Campaign => "campaign",
+        }
+    }
+
+    /// The lock key of `name`.
+    fn key(self, name: &str) -> String {
+        match self {
+            Take::Lock => format!("redmutex:{{{name}}}"),
+            Take::Campaign => format!("redmutex:{{election:{name}}}"),
+        }
+    }
+}
+
+fn take(helper: &mut Helper, take: Take, name: &str, wait: Duration) -> Event {
+    helper.send(&format!("{} {name} {}", take.verb(), wait.as_millis()));
     acquired(helper, name, wait + ANSWER)
 }
 
@@ -278,7 +310,10 @@ fn watch_sentinel_failover(
 /// cut off; the sentinels of b and c promote a replica, and a client on b takes the lock there.
 /// Returns the timeline, when the old holder was told (if ever), the new holder's acquire and
 /// when the cut was healed; `None` where network namespaces cannot be used.
-fn sentinel_split_brain(settings: Settings) -> Option<(Timeline, Option<Event>, Event, u64)> {
+fn sentinel_split_brain(
+    settings: Settings,
+    what: Take,
+) -> Option<(Timeline, Option<Event>, Event, u64)> {
     if !netns::usable() {
         return None;
     }
@@ -331,8 +366,8 @@ fn sentinel_split_brain(settings: Settings) -> Option<(Timeline, Option<Event>, 
     lock(&mut new, "warm", ANSWER);
     unlock(&mut new);
 
-    let key = "redmutex:{split}";
-    let first = lock(&mut old, "split", ANSWER);
+    let key = &*what.key("split");
+    let first = take(&mut old, what, "split", ANSWER);
     let old_value = value(&master, key).expect("the lock is on the master");
     assert!(
         eventually(Duration::from_secs(20), || replicas.iter().all(|r| value(
@@ -351,7 +386,7 @@ fn sentinel_split_brain(settings: Settings) -> Option<(Timeline, Option<Event>, 
         format!("c1 (host a) acquired, token {}", first.number()),
     );
     let failover = watch_sentinel_failover(addrs[1..].to_vec(), a.ip().to_owned());
-    new.send("lock split 30000");
+    new.send(&format!("{} split 30000", what.verb()));
     let second = acquired(&mut new, "split after the cut", Duration::from_secs(60));
     timeline.add(
         second.t,
@@ -426,10 +461,22 @@ fn sentinel_split_brain(settings: Settings) -> Option<(Timeline, Option<Event>, 
 /// promoted replica's copy expires and the new holder takes the lock there.
 #[test]
 fn sentinel_split_brain_the_holder_behind_the_cut_off_master_is_told_first() {
-    let Some((timeline, told, acquired, _)) = sentinel_split_brain(settings(Acks::Default)) else {
+    let scenario = sentinel_split_brain(settings(Acks::Default), Take::Lock);
+    let Some((timeline, told, acquired, _)) = scenario else {
         return;
     };
     assert_told_first(&timeline, told.as_ref(), &acquired);
+}
+
+/// An election's leader behind the cut-off master is told it lost before the candidate on
+/// the other side, campaigning on the promoted replica, leads; its term is the smaller.
+#[test]
+fn sentinel_split_brain_the_leader_behind_the_cut_off_master_is_told_first() {
+    let scenario = sentinel_split_brain(settings(Acks::Default), Take::Campaign);
+    let Some((timeline, told, elected, _)) = scenario else {
+        return;
+    };
+    assert_told_first(&timeline, told.as_ref(), &elected);
 }
 
 /// Without acknowledgements (`no_replica_acks`), the cut-off master keeps taking the old
@@ -437,7 +484,8 @@ fn sentinel_split_brain_the_holder_behind_the_cut_off_master_is_told_first() {
 /// what docs/guarantees.md says is left without them.
 #[test]
 fn sentinel_split_brain_without_acknowledgements_the_holder_is_told_only_after_the_heal() {
-    let Some((timeline, told, acquired, healed)) = sentinel_split_brain(settings(Acks::Off)) else {
+    let scenario = sentinel_split_brain(settings(Acks::Off), Take::Lock);
+    let Some((timeline, told, acquired, healed)) = scenario else {
         return;
     };
     let told = told.expect("the old holder was never told, even after the heal");
@@ -549,15 +597,15 @@ fn slots_of(node: &NsServer, ip: &str, port: u16) -> Vec<(i64, i64)> {
         .collect()
 }
 
-/// A lock name `<stem>-<i>` whose key falls in `ranges`.
-fn name_in(node: &NsServer, ranges: &[(i64, i64)], stem: &str) -> String {
+/// A name `<stem>-<i>` whose key (as `what` takes it) falls in `ranges`.
+fn name_in(node: &NsServer, ranges: &[(i64, i64)], stem: &str, what: Take) -> String {
     let mut conn = node.conn();
     (0..10_000)
         .map(|i| format!("{stem}-{i}"))
         .find(|name| {
             let slot: i64 = redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
-                .arg(format!("redmutex:{{{name}}}"))
+                .arg(what.key(name))
                 .query(&mut conn)
                 .expect("CLUSTER KEYSLOT");
             ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&slot))
@@ -593,6 +641,17 @@ fn watch_promotion(ip: String, port: u16) -> std::thread::JoinHandle<Option<u64>
 /// of the same master within 20 s of the promotion.
 #[test]
 fn cluster_the_holder_behind_the_cut_off_master_is_told_before_its_replica_grants_the_lock() {
+    cluster_cut_off_master(Take::Lock);
+}
+
+/// The same with an election: the leader behind the cut-off master is told it lost before
+/// the candidate on c leads, with a larger term.
+#[test]
+fn cluster_the_leader_behind_the_cut_off_master_is_told_before_another_leads() {
+    cluster_cut_off_master(Take::Campaign);
+}
+
+fn cluster_cut_off_master(what: Take) {
     if !netns::usable() {
         return;
     }
@@ -649,9 +708,9 @@ fn cluster_the_holder_behind_the_cut_off_master_is_told_before_its_replica_grant
     let (a, b, c) = (&hosts[0], &hosts[1], &hosts[2]);
     let a_slots = slots_of(&masters[2], a.ip(), 7000);
     assert!(!a_slots.is_empty(), "a's master serves no slot");
-    let name = name_in(&masters[2], &a_slots, "cut");
-    let late_name = name_in(&masters[2], &a_slots, "late");
-    let key = format!("redmutex:{{{name}}}");
+    let name = name_in(&masters[2], &a_slots, "cut", what);
+    let late_name = name_in(&masters[2], &a_slots, "late", Take::Lock);
+    let key = what.key(&name);
     let seeds = |first: &netns::Host| {
         let mut order: Vec<&netns::Host> = vec![first];
         order.extend(hosts.iter().filter(|h| h.ip() != first.ip()));
@@ -676,11 +735,11 @@ fn cluster_the_holder_behind_the_cut_off_master_is_told_before_its_replica_grant
     open(&mut old);
     open(&mut new);
     // The new holder knows the slot map and has connections to a's master before the cut.
-    let warm = name_in(&masters[2], &a_slots, "warm");
+    let warm = name_in(&masters[2], &a_slots, "warm", Take::Lock);
     lock(&mut new, &warm, ANSWER);
     unlock(&mut new);
 
-    let first = lock(&mut old, &name, ANSWER);
+    let first = take(&mut old, what, &name, ANSWER);
     let old_value = value(&masters[0], &key).expect("the lock is on a's master");
     assert!(
         eventually(Duration::from_secs(20), || value(&replicas[0], &key)
@@ -699,7 +758,7 @@ fn cluster_the_holder_behind_the_cut_off_master_is_told_before_its_replica_grant
         format!("c1 (host a) acquired, token {}", first.number()),
     );
     let promotion = watch_promotion(replicas[0].ip().to_owned(), replicas[0].port());
-    new.send(&format!("lock {name} 30000"));
+    new.send(&format!("{} {name} 30000", what.verb()));
     let second = acquired(&mut new, "the lock after the cut", Duration::from_secs(60));
     timeline.add(
         second.t,
@@ -734,7 +793,7 @@ fn cluster_the_holder_behind_the_cut_off_master_is_told_before_its_replica_grant
         late_acquired.t.saturating_sub(promoted) as f64 / 1e6
     );
     // The old master becomes a replica of the promoted one, with the new holder's lock.
-    let fence = format!("redmutex:{{{name}}}:fence");
+    let fence = format!("{key}:fence");
     let demoted = eventually(Duration::from_secs(60), || {
         masters[0].info_field("replication", "role").as_deref() == Some("slave")
             && masters[0]

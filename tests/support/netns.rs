@@ -809,6 +809,7 @@ enum Locker {
 enum Held {
     Mutex(redmutex::MutexGuard),
     Redlock(redmutex::RedlockGuard),
+    Leadership(redmutex::Leadership),
 }
 
 fn describe(e: &redmutex::Error) -> String {
@@ -823,7 +824,9 @@ fn describe(e: &redmutex::Error) -> String {
 /// - `lock NAME WAIT_MS` → `acquired TOKEN`, `not-acquired` or `error lock KIND MESSAGE`;
 ///   once acquired, a thread waits on the guard's `LeaseWatch` and prints `told` when it
 ///   says the lease is lost;
-/// - `unlock` → `unlocked` or `unlock-error KIND MESSAGE`;
+/// - `campaign NAME WAIT_MS`: the same for the election `NAME` (a client's only), the term
+///   as the token;
+/// - `unlock` → `unlocked` or `unlock-error KIND MESSAGE` (a leadership resigns);
 /// - `quit`, or the end of stdin: the process exits at once, releasing nothing (as a
 ///   killed process would).
 pub fn serve_helper(spec: HelperSpec) {
@@ -861,7 +864,7 @@ pub fn serve_helper(spec: HelperSpec) {
                     Err(e) => emit("error", &format!("open {}", describe(&e))),
                 }
             }
-            ["lock", name, wait_ms] => {
+            [verb @ ("lock" | "campaign"), name, wait_ms] => {
                 let wait = Duration::from_millis(wait_ms.parse().expect("lock NAME WAIT_MS"));
                 let Some(l) = locker.as_ref() else {
                     emit("error", "lock NotOpen: open first");
@@ -873,10 +876,19 @@ pub fn serve_helper(spec: HelperSpec) {
                 }
                 emit("locking", name);
                 let (got, t) = match l {
+                    Locker::Client(c) if *verb == "campaign" => {
+                        let r = c.election(name).campaign_for(wait, "helper");
+                        let t = now_us();
+                        (r.map(|g| g.map(Held::Leadership)), t)
+                    }
                     Locker::Client(c) => {
                         let r = c.mutex(name).try_lock_for(wait);
                         let t = now_us();
                         (r.map(|g| g.map(Held::Mutex)), t)
+                    }
+                    Locker::Redlock(_) if *verb == "campaign" => {
+                        emit("error", "lock Unsupported: a Redlock has no election");
+                        continue;
                     }
                     Locker::Redlock(r) => {
                         let r = r.mutex(name).try_lock_for(wait);
@@ -889,6 +901,7 @@ pub fn serve_helper(spec: HelperSpec) {
                         let (token, watch) = match &guard {
                             Held::Mutex(g) => (g.fencing_token(), g.lease_watch()),
                             Held::Redlock(g) => (g.fencing_token(), g.lease_watch()),
+                            Held::Leadership(l) => (l.term(), l.lease_watch()),
                         };
                         emit_at("acquired", &token.to_string(), t);
                         std::thread::spawn(move || {
@@ -912,6 +925,7 @@ pub fn serve_helper(spec: HelperSpec) {
                     }
                     Some(Held::Mutex(g)) => g.unlock(),
                     Some(Held::Redlock(g)) => g.unlock(),
+                    Some(Held::Leadership(l)) => l.resign(),
                 };
                 match result {
                     Ok(()) => emit("unlocked", ""),
