@@ -5,6 +5,9 @@
 //!    waiting on I/O; holds per second, in alternating rounds.
 //! 2. `Semaphore`: round trips per acquire and per release, from Redis's own count of the
 //!    script calls (`EVALSHA`) one thread's cycles cost.
+//! 3. `Election`, with a 2 s lease: how long a resignation takes to hand over (from the
+//!    `resign` call to the return of a waiting candidate's `campaign`, in another client),
+//!    and how long after a SIGKILL of the leader's process another leads.
 //!
 //! `cargo bench --bench primitives` measures and writes `target/bench-results/primitives.json`.
 //! Run by `cargo test --benches`, it does a short smoke run instead.
@@ -117,6 +120,9 @@ fn main() {
     if args.get(1).map(String::as_str) == Some("worker") {
         return worker(&args[2..]);
     }
+    if args.get(1).map(String::as_str) == Some("leader") {
+        return leader(&args[2..]);
+    }
     let measuring = common::measuring();
     let (rounds, run) = if measuring {
         (5, Duration::from_secs(3))
@@ -163,5 +169,134 @@ fn main() {
     let per_cycle = calls as f64 / acquires as f64;
     println!("  Semaphore acquire + release: {per_cycle:.2} script calls (round trips) per cycle");
     json.num("semaphore_round_trips_per_cycle", per_cycle);
+
+    // 3. Election: hand-over at a resignation, and after the leader's process is killed.
+    let (resigns, kills) = if measuring { (30, 5) } else { (2, 1) };
+    let handover = spread(resign_handovers(&server, resigns));
+    let replaced = spread(kill_replacements(&server, kills));
+    println!(
+        "Election, lease {} ms: {resigns} resignations, {kills} leaders killed",
+        ELECTION_LEASE.as_millis()
+    );
+    println!(
+        "  resignation to the next leader {:>8.1} ms  [{:.1} .. {:.1}]",
+        handover.median, handover.min, handover.max
+    );
+    println!(
+        "  SIGKILL to the next leader    {:>8.0} ms  [{:.0} .. {:.0}]",
+        replaced.median, replaced.min, replaced.max
+    );
+    json.num("election_lease_ms", ELECTION_LEASE.as_millis() as f64)
+        .spread("election_resign_handover_ms", handover)
+        .spread("election_kill_replaced_ms", replaced);
     common::write_results("primitives", &json);
+}
+
+/// The lease of the election's leaders and candidates.
+const ELECTION_LEASE: Duration = Duration::from_secs(2);
+
+fn election_client(server_url: &str) -> Client {
+    Client::builder()
+        .default_lease(ELECTION_LEASE)
+        .open(server_url)
+        .expect("client")
+}
+
+/// A leader process: campaigns for `args[1]` on `args[0]`, prints `LEADING`, and leads until
+/// it is killed.
+fn leader(args: &[String]) {
+    let client = election_client(&args[0]);
+    let leadership = client
+        .election(&args[1])
+        .campaign("bench")
+        .expect("campaign");
+    println!("LEADING {}", leadership.term());
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+/// Starts a candidate of `client` for `name` on a thread; it sends when its campaign
+/// returned, and resigns.
+fn candidate(client: &Client, name: &str) -> std::sync::mpsc::Receiver<Instant> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let election = client.election(name);
+    std::thread::spawn(move || {
+        let leadership = election.campaign("candidate").expect("campaign");
+        let _ = tx.send(Instant::now());
+        leadership.resign().expect("resign");
+    });
+    rx
+}
+
+/// Waits until `client` has a contended wait under way (its candidate waits for the lock).
+fn waits(client: &Client) {
+    let started = Instant::now();
+    while client.stats().contended == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no candidate waits"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Milliseconds from a leader's `resign` to the return of another client's `campaign`.
+fn resign_handovers(server: &RedisServer, rounds: usize) -> Vec<f64> {
+    let leaders = election_client(&server.url());
+    (0..rounds)
+        .map(|_| {
+            let candidates = election_client(&server.url());
+            let leadership = leaders
+                .election("handover")
+                .campaign("leader")
+                .expect("lead");
+            let elected = candidate(&candidates, "handover");
+            waits(&candidates);
+            // The candidate attempted and sleeps until it is named.
+            std::thread::sleep(Duration::from_millis(20));
+            let resigned = Instant::now();
+            leadership.resign().expect("resign");
+            let at = elected
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the candidate leads");
+            at.duration_since(resigned).as_secs_f64() * 1000.0
+        })
+        .collect()
+}
+
+/// Milliseconds from a SIGKILL of the leader's process to the return of a waiting
+/// candidate's `campaign`.
+fn kill_replacements(server: &RedisServer, rounds: usize) -> Vec<f64> {
+    let exe = std::env::current_exe().expect("bench binary");
+    (0..rounds)
+        .map(|round| {
+            let name = format!("killed-{round}");
+            let mut child = Command::new(&exe)
+                .arg("leader")
+                .arg(server.url())
+                .arg(&name)
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a leader");
+            let stdout = child.stdout.take().expect("stdout");
+            let mut lines = BufReader::new(stdout).lines();
+            let leading = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+            assert!(
+                leading.starts_with("LEADING"),
+                "the leader said {leading:?}"
+            );
+            let candidates = election_client(&server.url());
+            let elected = candidate(&candidates, &name);
+            waits(&candidates);
+            std::thread::sleep(Duration::from_millis(200));
+            let killed = Instant::now();
+            child.kill().expect("SIGKILL the leader");
+            let _ = child.wait();
+            let at = elected
+                .recv_timeout(Duration::from_secs(60))
+                .expect("another leads");
+            at.duration_since(killed).as_secs_f64() * 1000.0
+        })
+        .collect()
 }
