@@ -53,17 +53,42 @@ fn check(fix: Fix) -> impl Checker<Handoff> {
 /// The version `fix` of the protocol, explored breadth first until `property` fails, which
 /// must: its shortest counterexample. Exclusion and rising tokens hold in what was explored.
 fn counterexample(fix: Fix, property: &'static str) -> Vec<Action> {
-    let checker = Handoff {
+    let model = Handoff {
         threads: vec![2, 1],
         acquisitions: 2,
         fix,
         faults: false,
         give_up: false,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf([property].into()))
-    .spawn_bfs()
-    .join();
+    };
+    first_failure(model, property)
+}
+
+/// As [`counterexample`], with a waiter that gives up (two clients of two threads and one,
+/// one acquisition each).
+fn give_up_counterexample(fix: Fix, property: &'static str) -> Vec<Action> {
+    let model = Handoff {
+        threads: vec![2, 1],
+        acquisitions: 1,
+        fix,
+        faults: false,
+        give_up: true,
+    };
+    first_failure(model, property)
+}
+
+/// Where in `path` the first action that `which` picks is.
+fn step(path: &[Action], which: impl Fn(&Action) -> bool) -> Option<usize> {
+    path.iter().position(which)
+}
+
+/// `model` explored breadth first until `property` fails (see [`counterexample`]).
+fn first_failure(model: Handoff, property: &'static str) -> Vec<Action> {
+    let fix = model.fix;
+    let checker = model
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf([property].into()))
+        .spawn_bfs()
+        .join();
     for kept in ["exclusion", "fencing tokens rise"] {
         if let Some(path) = checker.discovery(kept) {
             panic!("{kept}: {:?}", path.into_actions());
@@ -159,29 +184,11 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
 /// the sibling's attempt whatever the sibling checked.)
 #[test]
 fn the_model_finds_the_withdrawn_place_of_the_protocol_before_its_fix() {
-    let checker = Handoff {
-        threads: vec![2, 1],
-        acquisitions: 1,
-        fix: Fix::EarlyPlace,
-        faults: false,
-        give_up: true,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf(
-        ["no waiter of a client missing from the set"].into(),
-    ))
-    .spawn_bfs()
-    .join();
-    for kept in ["exclusion", "fencing tokens rise"] {
-        assert!(checker.discovery(kept).is_none(), "{kept}");
-    }
-    let path = checker
-        .discovery("no waiter of a client missing from the set")
-        .expect("the model no longer finds the withdrawn place")
-        .into_actions();
-    let withdrawn = path
-        .iter()
-        .position(|a| matches!(a, Action::RunWithdraw(0, _)));
+    let path = give_up_counterexample(
+        Fix::EarlyPlace,
+        "no waiter of a client missing from the set",
+    );
+    let withdrawn = step(&path, |a| matches!(a, Action::RunWithdraw(0, _)));
     let entered = path
         .iter()
         .rposition(|a| matches!(a, Action::EnterGate(0, _, _)));
@@ -198,28 +205,11 @@ fn the_model_finds_the_withdrawn_place_of_the_protocol_before_its_fix() {
 /// in the client, but travelled on different connections.
 #[test]
 fn the_model_finds_the_place_kept_for_nobody_before_its_fix() {
-    let checker = Handoff {
-        threads: vec![2, 1],
-        acquisitions: 1,
-        fix: Fix::WithdrawnPlace,
-        faults: false,
-        give_up: true,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf(
-        ["no waiter behind a stale place"].into(),
-    ))
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no waiter behind a stale place")
-        .expect("the model no longer finds the place kept for nobody")
-        .into_actions();
-    let at = |f: &dyn Fn(&Action) -> bool| path.iter().position(f);
-    let kept = at(&|a| matches!(a, Action::Release(0, _, false)));
-    let gave_up = at(&|a| matches!(a, Action::GiveUp(0, _)));
-    let withdrawn = at(&|a| matches!(a, Action::RunWithdraw(0, _)));
-    let released = at(&|a| matches!(a, Action::RunRelease(0, _)));
+    let path = give_up_counterexample(Fix::WithdrawnPlace, "no waiter behind a stale place");
+    let kept = step(&path, |a| matches!(a, Action::Release(0, _, false)));
+    let gave_up = step(&path, |a| matches!(a, Action::GiveUp(0, _)));
+    let withdrawn = step(&path, |a| matches!(a, Action::RunWithdraw(0, _)));
+    let released = step(&path, |a| matches!(a, Action::RunRelease(0, _)));
     assert!(kept < gave_up && withdrawn < released, "{path:?}");
     println!("{path:?}");
 }
@@ -231,28 +221,10 @@ fn the_model_finds_the_place_kept_for_nobody_before_its_fix() {
 /// lock its client was named for, and the other client's waiter was left to its re-check.
 #[test]
 fn the_model_finds_the_turn_after_a_yield_before_its_fix() {
-    let checker = Handoff {
-        threads: vec![2, 1],
-        acquisitions: 1,
-        fix: Fix::KeptPlace,
-        faults: false,
-        give_up: true,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf(
-        ["no waiter behind a stale place"].into(),
-    ))
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no waiter behind a stale place")
-        .expect("the model no longer finds the turn after a yield")
-        .into_actions();
+    let path = give_up_counterexample(Fix::KeptPlace, "no waiter behind a stale place");
     assert!(path.contains(&Action::Release(0, 0, true)), "{path:?}");
-    assert!(
-        !path.iter().any(|a| matches!(a, Action::RunWithdraw(..))),
-        "{path:?}"
-    );
+    let withdrawn = step(&path, |a| matches!(a, Action::RunWithdraw(..)));
+    assert!(withdrawn.is_none(), "{path:?}");
     println!("{path:?}");
 }
 
@@ -263,26 +235,9 @@ fn the_model_finds_the_turn_after_a_yield_before_its_fix() {
 /// gave up only places below its token, so it named the client with nobody waiting.
 #[test]
 fn the_model_finds_the_place_of_a_waiter_that_gave_up_before_its_fix() {
-    let checker = Handoff {
-        threads: vec![2, 1],
-        acquisitions: 1,
-        fix: Fix::YieldedTurn,
-        faults: false,
-        give_up: true,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf(
-        ["no waiter behind a stale place"].into(),
-    ))
-    .spawn_bfs()
-    .join();
-    let path = checker
-        .discovery("no waiter behind a stale place")
-        .expect("the model no longer finds the place of a waiter that gave up")
-        .into_actions();
-    let at = |f: &dyn Fn(&Action) -> bool| path.iter().position(f);
-    let gave_up = at(&|a| matches!(a, Action::GiveUp(0, _)));
-    let released = at(&|a| matches!(a, Action::Release(0, _, _)));
+    let path = give_up_counterexample(Fix::YieldedTurn, "no waiter behind a stale place");
+    let gave_up = step(&path, |a| matches!(a, Action::GiveUp(0, _)));
+    let released = step(&path, |a| matches!(a, Action::Release(0, _, _)));
     assert!(gave_up < released, "{path:?}");
     println!("{path:?}");
 }

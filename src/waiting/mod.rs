@@ -244,17 +244,28 @@ pub(crate) fn contend<W>(
             }
         };
         if !pause.wait(seen, remaining, release, deadline) {
-            // No pass may come now; one that came first is taken.
-            pass.listen(None, taker);
-            if let Some(passed) = pass.take_passed() {
-                let won = took_over(&pass, &mut pause, named, take_over(passed));
-                return wait.finish(won);
-            }
-            give_up(&pass);
-            return wait.finish(Ok(None));
+            let end = at_deadline(&pass, &mut pause, (named, taker), &mut take_over, give_up);
+            return wait.finish(end);
         }
         waited = named;
     }
+}
+
+/// A leader's deadline passed: no pass may come now; one that came first is taken, else the
+/// thread gives up while it is still in its gate.
+fn at_deadline<W>(
+    pass: &GatePass<'_>,
+    pause: &mut Pause,
+    (named, taker): (bool, Taker),
+    take_over: impl FnOnce(Passed) -> Result<W>,
+    give_up: impl FnOnce(&GatePass<'_>),
+) -> Result<Option<W>> {
+    pass.listen(None, taker);
+    if let Some(passed) = pass.take_passed() {
+        return took_over(pass, pause, named, take_over(passed));
+    }
+    give_up(pass);
+    Ok(None)
 }
 
 /// What a leader `won` of a lock passed to it: with releases that name one client and other
