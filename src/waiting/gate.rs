@@ -322,11 +322,13 @@ impl Drop for Coming<'_> {
     }
 }
 
-/// How many holds of the locks of a shard had begun when a thread attempted outside its
-/// gate. A hold of its client that begins after that attempt may, on release, give up the
-/// place the attempt made (no thread of the client was in the gate yet): a thread that then
-/// leads the gate attempts again rather than count on that place (`tests/wait_model.rs`,
-/// the early place). Holds of other locks of the shard only cost such a thread an attempt.
+/// How many holds of the locks of a shard had begun, or ended giving places up, when a
+/// thread attempted outside its gate. A hold of its client that begins after that attempt
+/// may, on release, give up the place the attempt made (no thread of the client was in the
+/// gate yet), and so may a release after it that gives places up: a thread that then leads
+/// the gate attempts again rather than count on that place (`tests/wait_model.rs`, the early
+/// place and the place of a waiter that gave up). Holds of other locks of the shard only cost
+/// such a thread an attempt.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub(crate) struct HoldsBegun(u64);
 
