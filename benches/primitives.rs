@@ -216,17 +216,35 @@ fn leader(args: &[String]) {
     }
 }
 
-/// Starts a candidate of `client` for `name` on a thread; it sends when its campaign
-/// returned, and resigns.
-fn candidate(client: &Client, name: &str) -> std::sync::mpsc::Receiver<Instant> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let election = client.election(name);
-    std::thread::spawn(move || {
-        let leadership = election.campaign("candidate").expect("campaign");
-        let _ = tx.send(Instant::now());
-        leadership.resign().expect("resign");
-    });
-    rx
+/// A candidate of a client for an election, campaigning on a thread; once elected, it
+/// resigns.
+struct Candidate {
+    elected: std::sync::mpsc::Receiver<Instant>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Candidate {
+    fn start(client: &Client, name: &str) -> Candidate {
+        let (tx, elected) = std::sync::mpsc::channel();
+        let election = client.election(name);
+        let thread = std::thread::spawn(move || {
+            let leadership = election.campaign("candidate").expect("campaign");
+            let _ = tx.send(Instant::now());
+            leadership.resign().expect("resign");
+        });
+        Candidate { elected, thread }
+    }
+
+    /// Milliseconds from `since` until the candidate's campaign returned; waits until it has
+    /// resigned again.
+    fn elected_after(self, since: Instant, limit: Duration) -> f64 {
+        let at = self
+            .elected
+            .recv_timeout(limit)
+            .expect("the candidate leads");
+        self.thread.join().expect("the candidate resigns");
+        at.duration_since(since).as_secs_f64() * 1000.0
+    }
 }
 
 /// Waits until `client` has a contended wait under way (its candidate waits for the lock).
@@ -251,16 +269,13 @@ fn resign_handovers(server: &RedisServer, rounds: usize) -> Vec<f64> {
                 .election("handover")
                 .campaign("leader")
                 .expect("lead");
-            let elected = candidate(&candidates, "handover");
+            let candidate = Candidate::start(&candidates, "handover");
             waits(&candidates);
             // The candidate attempted and sleeps until it is named.
             std::thread::sleep(Duration::from_millis(20));
             let resigned = Instant::now();
             leadership.resign().expect("resign");
-            let at = elected
-                .recv_timeout(Duration::from_secs(30))
-                .expect("the candidate leads");
-            at.duration_since(resigned).as_secs_f64() * 1000.0
+            candidate.elected_after(resigned, Duration::from_secs(30))
         })
         .collect()
 }
@@ -287,16 +302,13 @@ fn kill_replacements(server: &RedisServer, rounds: usize) -> Vec<f64> {
                 "the leader said {leading:?}"
             );
             let candidates = election_client(&server.url());
-            let elected = candidate(&candidates, &name);
+            let candidate = Candidate::start(&candidates, &name);
             waits(&candidates);
             std::thread::sleep(Duration::from_millis(200));
             let killed = Instant::now();
             child.kill().expect("SIGKILL the leader");
             let _ = child.wait();
-            let at = elected
-                .recv_timeout(Duration::from_secs(60))
-                .expect("another leads");
-            at.duration_since(killed).as_secs_f64() * 1000.0
+            candidate.elected_after(killed, Duration::from_secs(60))
         })
         .collect()
 }
