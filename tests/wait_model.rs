@@ -37,17 +37,11 @@ use stateright::{Checker, HasDiscoveries, Model};
 use fair::FairQueue;
 use model::{Action, Fix, Handoff};
 
-/// Every state of the protocol version `fix` for two clients, of two threads and one, two
-/// acquisitions each.
-fn check(fix: Fix) -> impl Checker<Handoff> {
-    let model = Handoff {
-        threads: vec![2, 1],
-        acquisitions: 2,
-        fix,
-        faults: false,
-        give_up: false,
-    };
-    model.checker().spawn_bfs().join()
+/// Every state of `model`, in which every property must hold.
+fn assert_holds(model: Handoff) {
+    let checker = model.checker().spawn_bfs().join();
+    println!("states explored: {}", checker.unique_state_count());
+    checker.assert_properties();
 }
 
 /// The version `fix` of the protocol, explored breadth first until `property` fails, which
@@ -127,12 +121,17 @@ fn the_model_finds_the_early_place_of_the_protocol_before_its_fix() {
     println!("{path:?}");
 }
 
-/// The protocol as the scripts and the client run it: every property holds.
+/// The protocol as the scripts and the client run it, for two clients of two threads and
+/// one, two acquisitions each: every property holds.
 #[test]
 fn the_handoff_keeps_exclusion_and_rising_tokens_and_forgets_no_waiter() {
-    let checker = check(Fix::GivenPlace);
-    println!("states explored: {}", checker.unique_state_count());
-    checker.assert_properties();
+    assert_holds(Handoff {
+        threads: vec![2, 1],
+        acquisitions: 2,
+        fix: Fix::GivenPlace,
+        faults: false,
+        give_up: false,
+    });
 }
 
 /// The `FairMutex`'s queue: exclusion, rising tokens, first come first served, and no
@@ -159,18 +158,13 @@ fn the_fair_queue_serves_in_order_and_forgets_no_waiter() {
 #[test]
 fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
     for (threads, acquisitions) in [(vec![2, 1], 1), (vec![1, 1], 2)] {
-        let checker = Handoff {
+        assert_holds(Handoff {
             threads,
             acquisitions,
             fix: Fix::GivenPlace,
             faults: true,
             give_up: false,
-        }
-        .checker()
-        .spawn_bfs()
-        .join();
-        println!("states explored: {}", checker.unique_state_count());
-        checker.assert_properties();
+        });
     }
 }
 
@@ -251,17 +245,12 @@ fn the_model_finds_the_place_of_a_waiter_that_gave_up_before_its_fix() {
 #[test]
 fn the_handoff_forgets_no_waiter_when_a_waiter_gives_up() {
     for (threads, acquisitions) in [(vec![2, 1], 1), (vec![2, 1, 1], 1), (vec![1, 1], 2)] {
-        let checker = Handoff {
+        assert_holds(Handoff {
             threads,
             acquisitions,
             fix: Fix::GivenPlace,
             faults: false,
             give_up: true,
-        }
-        .checker()
-        .spawn_bfs()
-        .join();
-        println!("states explored: {}", checker.unique_state_count());
-        checker.assert_properties();
+        });
     }
 }
