@@ -479,19 +479,17 @@ pub(crate) fn lost(ctx: &LockContext, hold: &Hold, reason: LostReason) -> Error 
 /// its client, the one that also sets the client's place among the waiting right, unless the
 /// client never took one (`place`).
 fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
+    let given = match place {
+        Place::GiveUp { given } => given,
+        Place::Keep | Place::Never => 0,
+    };
     match (hold.hand_off, hold.cohort, place) {
-        (Some(hand_off), Some(_), Place::Keep) => hand_off.release_held(
+        (Some(hand_off), Some(_), Place::Keep | Place::GiveUp { .. }) => hand_off.release_held(
             &hold.keys,
-            (&hold.token, hold.fencing_token),
-            true,
-            ctx.renewal.lease() * 2,
-        ),
-        (Some(hand_off), Some(_), Place::GiveUp { given }) => hand_off.release_held(
-            &hold.keys,
-            // Places up to the hold's token are given up (one its own take made is for
-            // threads that waited then, gone now), and those that this thread's own attempts
-            // or a sibling's that gave up made while a sibling held (whose scores may be
-            // above the hold's token).
+            // Given up (unless more threads wait): places up to the hold's token (one its own
+            // take made is for threads that waited then, gone now), and those that this
+            // thread's own attempts or a sibling's that gave up made while a sibling held
+            // (whose scores may be above the hold's token).
             (
                 &hold.token,
                 hold.fencing_token
@@ -499,7 +497,7 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
                     .max(given)
                     .saturating_add(1),
             ),
-            false,
+            place == Place::Keep,
             ctx.renewal.lease() * 2,
         ),
         _ => hold.protocol.release(&hold.keys, &hold.token),
