@@ -104,7 +104,9 @@ fn instance(url: &str, job: &str) -> AnyResult<()> {
         .client_name("invoice-runner")
         .open(url)?;
     let me = format!("instance {}", std::process::id());
-    let lock = client.mutex(format!("job:{job}")).with_lease(JOB_LEASE);
+    let lock = client
+        .mutex(format!("job:{job}"))
+        .with_fixed_lease(JOB_LEASE);
     let Some(guard) = lock.try_lock()? else {
         println!("{me}: skipped, another instance runs it or ran it in this window");
         return Ok(());

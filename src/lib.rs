@@ -58,7 +58,7 @@
 //! use std::time::Duration;
 //!
 //! let client = redmutex::Client::open("redis://127.0.0.1/")?;
-//! let job = client.mutex("nightly-invoices").with_lease(Duration::from_secs(3600));
+//! let job = client.mutex("nightly-invoices").with_fixed_lease(Duration::from_secs(3600));
 //! if let Some(guard) = job.try_lock()? {
 //!     // ... run the job ...
 //!     let left = guard.keep_until_expiry()?;

@@ -426,7 +426,7 @@ fn a_lock_taken_without_a_script_whose_script_is_then_refused_is_given_back() {
     // A lease far past the test's limit: only the give-back frees the lock in time.
     let m = client
         .mutex("revoked")
-        .with_lease(Duration::from_secs(3600));
+        .with_fixed_lease(Duration::from_secs(3600));
     m.lock().unwrap().unlock().unwrap();
     // The counter is lost (the client saw it started, so it takes the lock with plain
     // commands) and scripts are refused: the plain `SET` takes the lock, the script that

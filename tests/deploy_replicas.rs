@@ -129,7 +129,7 @@ fn an_extension_no_replica_acknowledged_fails_and_changes_nothing() {
         .unwrap();
     let g = client
         .mutex("extended")
-        .with_lease(Duration::from_secs(20))
+        .with_fixed_lease(Duration::from_secs(20))
         .lock()
         .unwrap();
     g.extend(Duration::from_secs(10)).unwrap();

@@ -190,7 +190,7 @@ fn extend_adds_and_set_lease_replaces() {
     let client = Client::open(server.url()).unwrap();
     let fixed = client
         .mutex("fixed")
-        .with_lease(Duration::from_secs(5))
+        .with_fixed_lease(Duration::from_secs(5))
         .lock()
         .unwrap();
     fixed.extend(Duration::from_secs(20)).unwrap();

@@ -290,7 +290,7 @@ fn queued_waiter(
     std::thread::spawn(move || {
         let m = client.fair_mutex("line");
         let m = match lease {
-            Some(lease) => m.with_lease(lease),
+            Some(lease) => m.with_fixed_lease(lease),
             None => m,
         };
         let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");

@@ -244,7 +244,7 @@ fn a_server_that_refuses_the_plain_take_is_found_out_once_and_every_take_still_w
     let client = client(&server);
     let m = client
         .mutex("versions")
-        .with_lease(Duration::from_secs(300));
+        .with_fixed_lease(Duration::from_secs(300));
     // The scripts loaded (a first `EVALSHA` that Redis answers `NOSCRIPT` counts as a call).
     client.mutex("warm-up").lock().unwrap().unlock().unwrap();
     let scripts = server.command_calls("evalsha");
@@ -278,7 +278,9 @@ fn a_lock_taken_before_is_taken_without_a_script_and_a_held_one_refused_with_one
     let server = RedisServer::start();
     let client = client(&server);
     // A fixed lease: no renewal runs a script meanwhile.
-    let m = client.mutex("plain").with_lease(Duration::from_secs(300));
+    let m = client
+        .mutex("plain")
+        .with_fixed_lease(Duration::from_secs(300));
     // The scripts loaded (a first `EVALSHA` that Redis answers `NOSCRIPT` counts as a call),
     // and the server found to take the plain commands (the first plain take sends the `SET`
     // alone, and leaves the fencing counter to the script).
@@ -359,7 +361,9 @@ fn a_key_of_the_wrong_type_leaves_no_counter_behind_after_a_take_without_a_scrip
 fn fixed_lease_expires_and_extend_keeps_it() {
     let server = RedisServer::start();
     let client = client(&server);
-    let m = client.mutex("fixed").with_lease(Duration::from_millis(300));
+    let m = client
+        .mutex("fixed")
+        .with_fixed_lease(Duration::from_millis(300));
     let g = m.lock().unwrap();
     assert!(!g.is_lost());
     g.extend(Duration::from_secs(30)).unwrap();
@@ -483,7 +487,7 @@ fn invalid_names_and_leases_are_rejected_before_any_round_trip() {
         Duration::from_micros(999),
         redmutex::MAX_LEASE * 2,
     ] {
-        let m = client.mutex("lease").with_lease(lease);
+        let m = client.mutex("lease").with_fixed_lease(lease);
         assert!(m.try_lock().unwrap_err().is_invalid_argument(), "{lease:?}");
     }
     let g = client.mutex("ok").lock().unwrap();

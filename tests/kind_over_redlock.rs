@@ -518,7 +518,7 @@ fn a_fixed_redlock_lease_is_not_renewed_and_extend_and_set_lease_reach_the_insta
     let a = redlock(&s);
     let w = a
         .rwlock("fixed")
-        .with_lease(Duration::from_millis(1500))
+        .with_fixed_lease(Duration::from_millis(1500))
         .write()
         .unwrap();
     std::thread::sleep(Duration::from_millis(700));
@@ -589,7 +589,7 @@ fn a_stale_redlock_holders_write_is_refused_and_the_newer_value_stays() {
     *value.lock().unwrap() = 1;
     let mut stale = value
         .clone()
-        .with_lease(Duration::from_millis(500))
+        .with_fixed_lease(Duration::from_millis(500))
         .lock()
         .unwrap();
     std::thread::sleep(Duration::from_millis(800));

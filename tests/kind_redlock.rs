@@ -380,7 +380,7 @@ fn bad_input_is_a_clear_error() {
         .unwrap();
     let err = r
         .mutex("short")
-        .with_lease(Duration::from_millis(50))
+        .with_fixed_lease(Duration::from_millis(50))
         .try_lock()
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
@@ -449,7 +449,7 @@ fn the_builder_sets_the_lease_of_every_instance_and_the_guard_tells_its_validity
     // A fixed lease is not renewed: its validity runs down to zero, and the loss is told.
     let fixed = redlock
         .mutex("fixed")
-        .with_lease(Duration::from_millis(800))
+        .with_fixed_lease(Duration::from_millis(800))
         .lock()
         .unwrap();
     assert!(fixed.validity_left() <= Duration::from_millis(800));

@@ -407,7 +407,7 @@ fn a_fixed_lease_is_not_renewed_and_a_writer_may_extend_it() {
         .unwrap();
     let rw = client
         .rwlock("fixed")
-        .with_lease(Duration::from_millis(1500));
+        .with_fixed_lease(Duration::from_millis(1500));
     let w = rw.write().unwrap();
     let ttl = |server: &RedisServer| -> i64 {
         redis::cmd("PTTL")
@@ -434,7 +434,7 @@ fn a_fixed_lease_is_not_renewed_and_a_writer_may_extend_it() {
 fn a_read_guard_offers_the_lease_methods_of_a_mutex_guard() {
     let server = RedisServer::start();
     let c = client(&server);
-    let lock = c.rwlock("leased").with_lease(Duration::from_secs(5));
+    let lock = c.rwlock("leased").with_fixed_lease(Duration::from_secs(5));
     let r = lock.read().unwrap();
     assert!(r.verify().unwrap() <= Duration::from_secs(5));
     r.extend(Duration::from_secs(100)).unwrap();

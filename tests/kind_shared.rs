@@ -215,7 +215,9 @@ fn commit_writes_now_and_keeps_holding() {
 fn a_shared_guard_offers_the_lease_methods_of_a_mutex_guard() {
     let server = RedisServer::start();
     let c = client(&server);
-    let value = c.shared::<u64>("leased").with_lease(Duration::from_secs(5));
+    let value = c
+        .shared::<u64>("leased")
+        .with_fixed_lease(Duration::from_secs(5));
     let mut g = value.lock().unwrap();
     let watch = g.lease_watch();
     assert!(!watch.is_lost());

@@ -169,7 +169,7 @@ fn a_holder_whose_lease_ran_out_loses_to_an_update() {
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();
     let value = client.shared::<u64>("expired");
-    let held = value.clone().with_lease(Duration::from_millis(300));
+    let held = value.clone().with_fixed_lease(Duration::from_millis(300));
     let mut g = held.lock().unwrap();
     // The holder stalls past its lease; an update goes through meanwhile.
     std::thread::sleep(Duration::from_millis(600));

@@ -74,7 +74,7 @@ fn a_release_that_finds_the_lease_lost_is_counted_and_frees_nothing() {
     drop(m.lock().unwrap());
     let g = client
         .mutex("job")
-        .with_lease(Duration::from_millis(200))
+        .with_fixed_lease(Duration::from_millis(200))
         .lock()
         .unwrap();
     assert!(eventually(Duration::from_secs(10), || !other

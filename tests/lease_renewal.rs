@@ -124,7 +124,7 @@ fn a_fixed_lease_is_not_renewed() {
     let client = short_lease_client(&server);
     let g = client
         .mutex("fixed")
-        .with_lease(Duration::from_millis(400))
+        .with_fixed_lease(Duration::from_millis(400))
         .lock()
         .unwrap();
     assert_eq!(client.stats().renewed_leases, 0);
@@ -136,6 +136,52 @@ fn a_fixed_lease_is_not_renewed() {
             .unwrap()
     }));
     assert!(g.is_lost());
+}
+
+/// A handle's renewed lease of its own, shorter than the client's: renewed on a schedule of
+/// its own (the client's ticks are 10 s apart), never longer than its length in Redis, and a
+/// holder that dies frees the lock within that length, not the client's 30 s.
+#[test]
+fn a_handle_lease_of_its_own_is_renewed_at_its_own_pace() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let other = Client::open(server.url()).unwrap();
+    let lease = Duration::from_millis(1500);
+    let g = client.mutex("own").with_lease(lease).lock().unwrap();
+    let default = client.mutex("default").lock().unwrap();
+    for _ in 0..9 {
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(other.mutex("own").try_lock().unwrap().is_none());
+        let info = other.lock_info("own").unwrap();
+        let left = info.holder.and_then(|h| h.lease_left).expect("a lease");
+        assert!(left <= lease, "{left:?} left of a {lease:?} lease");
+        assert!(!g.is_lost());
+    }
+    // 4.5 s: the own schedule renewed it about 9 times; no tick came yet.
+    let stats = client.stats();
+    assert!(stats.renewals >= 4, "{stats:?}");
+    let default_left = other
+        .lock_info("default")
+        .unwrap()
+        .holder
+        .and_then(|h| h.lease_left);
+    assert!(default_left.expect("a lease") > Duration::from_secs(20));
+    // The holder dies: nothing renews either lock, nothing releases them.
+    std::mem::forget(g);
+    std::mem::forget(default);
+    drop(client);
+    let died = std::time::Instant::now();
+    let taken = other
+        .mutex("own")
+        .try_lock_for(Duration::from_secs(60))
+        .unwrap();
+    assert!(taken.is_some());
+    let after = died.elapsed();
+    assert!(
+        after < Duration::from_secs(15),
+        "taken over after {after:?}"
+    );
+    assert!(other.mutex("default").try_lock().unwrap().is_none());
 }
 
 #[test]

@@ -353,6 +353,57 @@ fn threads_of_one_client_pass_the_lock_on_with_growing_tokens() {
     );
 }
 
+/// A hold passed to a thread whose handle asks for a lease of another length gets that lease
+/// in Redis, also on a pass that needs no round trip (a renewal never shortens a lease, so it
+/// must be set at the pass). Three threads: the first holds, the second (the client's lease)
+/// takes it in a pass through Redis, the third (a short lease) from the second.
+#[test]
+fn a_hold_passed_to_a_handle_with_a_shorter_lease_gets_that_lease() {
+    let server = RedisServer::start();
+    let a = client(&server);
+    let short = Duration::from_millis(1500);
+    let left = |c: &Client| {
+        c.lock_info("relay")
+            .unwrap()
+            .holder
+            .and_then(|h| h.lease_left)
+            .expect("a lease")
+    };
+    let held = a.mutex("relay").lock().unwrap();
+    let second = a.mutex("relay");
+    let (passed, inspect) = (a.clone(), a.clone());
+    let second = std::thread::spawn(move || {
+        let g = second.try_lock_for(LIMIT).unwrap().expect("acquired");
+        // Hold until the third waits too.
+        assert!(eventually(LIMIT, || passed.stats().contended >= 2));
+        std::thread::sleep(Duration::from_millis(300));
+        (g.fencing_token(), left(&passed))
+    });
+    // A thread waits behind a sibling's hold without an attempt: it counts as contended.
+    assert!(eventually(LIMIT, || a.stats().contended >= 1));
+    std::thread::sleep(Duration::from_millis(300));
+    let first = held.fencing_token();
+    drop(held);
+    assert!(eventually(LIMIT, || a.stats().passed_on >= 1));
+    let third = a.mutex("relay").with_lease(short);
+    let third = std::thread::spawn(move || {
+        let g = third.try_lock_for(LIMIT).unwrap().expect("acquired");
+        let at_pass = left(&inspect);
+        // Held past the short lease: renewed at its own pace, never to the client's 30 s.
+        std::thread::sleep(Duration::from_millis(2000));
+        assert!(!g.is_lost());
+        (g.fencing_token(), at_pass, left(&inspect))
+    });
+    let (token_2, left_2) = second.join().unwrap();
+    let (token_3, at_pass, later) = third.join().unwrap();
+    assert!(first < token_2 && token_2 < token_3);
+    assert_eq!(a.stats().passed_on, 2, "the lock was not passed on twice");
+    assert!(left_2 > Duration::from_secs(20), "{left_2:?}");
+    for left in [at_pass, later] {
+        assert!(left <= short, "{left:?} left of a {short:?} lease");
+    }
+}
+
 /// Two clients with two busy threads each: each client passes the lock among its threads a
 /// bounded run at a time, then gives it up to the other, which therefore gets its share.
 #[test]

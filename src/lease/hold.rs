@@ -15,6 +15,17 @@ use crate::lease::protocol::Protocol;
 use crate::lease::state::LeaseState;
 use crate::waiting::Cohort;
 
+/// The lease of a lock's holds, as its handle sets it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseTerms {
+    /// The client's default lease, renewed by its renewal thread.
+    ClientDefault,
+    /// A lease of the handle's own, renewed by the client's renewal thread.
+    Renewed(Duration),
+    /// A fixed lease: not renewed; the hold ends when it runs out unless extended.
+    Fixed(Duration),
+}
+
 /// A lock held by one thread, shared by all of its (re-entrant) guards.
 pub(crate) struct Hold {
     /// The kind of lock: how to release it.
@@ -28,9 +39,11 @@ pub(crate) struct Hold {
     pub(crate) fencing_token: u64,
     /// How many units of the lock exist (a semaphore's permits; 1 for a lock).
     pub(crate) capacity: u32,
-    /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
-    /// In nanoseconds (saturated), so that the field is one word and a held lock small.
-    pub(crate) fixed_lease_ns: Option<NonZeroU64>,
+    /// The length of its lease, in nanoseconds (saturated), so that the field is one word
+    /// and a held lock small.
+    pub(crate) lease_ns: NonZeroU64,
+    /// Whether the lease is fixed (no renewal), else the renewal thread keeps it alive.
+    pub(crate) fixed: bool,
     /// The renewal registration, for a renewed lease (ids start at 1: the niche keeps the
     /// field one word, and a held lock's memory small).
     pub(crate) renewal_id: Option<NonZeroU64>,
@@ -48,14 +61,20 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    /// A fixed lease as the hold keeps it.
-    pub(crate) fn fixed(lease: Option<Duration>) -> Option<NonZeroU64> {
-        lease.and_then(|d| NonZeroU64::new(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)))
+    /// A lease's length as the hold keeps it (a checked lease is at least 1 ms).
+    pub(crate) fn nanos(lease: Duration) -> NonZeroU64 {
+        NonZeroU64::new(u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX))
+            .unwrap_or(NonZeroU64::MIN)
+    }
+
+    /// The length of the hold's lease, renewed or fixed.
+    pub(crate) fn lease_length(&self) -> Duration {
+        Duration::from_nanos(self.lease_ns.get())
     }
 
     /// `Some` for a fixed lease (no renewal); `None` when the renewal thread keeps it alive.
     pub(crate) fn fixed_lease(&self) -> Option<Duration> {
-        self.fixed_lease_ns.map(|ns| Duration::from_nanos(ns.get()))
+        self.fixed.then(|| self.lease_length())
     }
 
     /// The id of the hold's registration with the renewal thread (none for a fixed lease).

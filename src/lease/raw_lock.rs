@@ -16,7 +16,7 @@ use crate::keys::LockKeys;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
-use crate::lease::hold::{HandOff, Hold};
+use crate::lease::hold::{HandOff, Hold, LeaseTerms};
 use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Site};
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
@@ -75,7 +75,8 @@ pub(crate) struct RawLock {
     keys: std::result::Result<Arc<LockKeys>, Error>,
     /// The lock's main key: its place in the re-entry map and its route.
     lock_key: Arc<str>,
-    fixed_lease: Option<Duration>,
+    /// The lease of its holds, and whether it is renewed.
+    lease_terms: LeaseTerms,
     /// How many units a hold takes, and how many exist (a semaphore's permits).
     units: u32,
     capacity: u32,
@@ -97,7 +98,7 @@ impl RawLock {
             name: Arc::from(name),
             keys,
             lock_key,
-            fixed_lease: None,
+            lease_terms: LeaseTerms::ClientDefault,
             units: 1,
             capacity: 1,
             hand_off: None,
@@ -141,8 +142,15 @@ impl RawLock {
     }
 
     /// This lock with a fixed lease (no renewal); checked by the first operation.
-    pub(crate) fn with_lease(mut self, lease: Duration) -> Self {
-        self.fixed_lease = Some(lease);
+    pub(crate) fn with_fixed_lease(mut self, lease: Duration) -> Self {
+        self.lease_terms = LeaseTerms::Fixed(lease);
+        self
+    }
+
+    /// This lock with a lease of its own that the renewal thread renews (in place of the
+    /// client's default lease); checked by the first operation.
+    pub(crate) fn with_renewed_lease(mut self, lease: Duration) -> Self {
+        self.lease_terms = LeaseTerms::Renewed(lease);
         self
     }
 
@@ -156,7 +164,10 @@ impl RawLock {
     }
 
     pub(crate) fn fixed_lease(&self) -> Option<Duration> {
-        self.fixed_lease
+        match self.lease_terms {
+            LeaseTerms::Fixed(lease) => Some(lease),
+            _ => None,
+        }
     }
 
     pub(crate) fn kind(&self) -> &'static str {
@@ -170,10 +181,16 @@ impl RawLock {
 
     #[inline]
     fn lease(&self) -> Result<Duration> {
-        match self.fixed_lease {
-            Some(lease) => validate_lease(lease).map(|()| lease),
-            None => Ok(self.ctx.renewal.lease()),
+        match self.lease_terms {
+            LeaseTerms::ClientDefault => Ok(self.ctx.renewal.lease()),
+            LeaseTerms::Renewed(lease) | LeaseTerms::Fixed(lease) => {
+                validate_lease(lease).map(|()| lease)
+            }
         }
+    }
+
+    fn is_fixed(&self) -> bool {
+        matches!(self.lease_terms, LeaseTerms::Fixed(_))
     }
 
     pub(crate) fn doing(&self, action: &'static str) -> Doing<'_> {
@@ -379,7 +396,7 @@ impl RawLock {
         let take_over = |passed| self.take_passed(keys, passed, told.own_place());
         let taker = Taker {
             lease,
-            fixed: self.fixed_lease.is_some(),
+            fixed: self.is_fixed(),
             kind: self.protocol.kind().name,
         };
         // Behind this client's other waiters, no attempt first; else the attempt counts as
@@ -626,9 +643,11 @@ impl RawLock {
         let ctx = &self.ctx;
         let token: Arc<str> = Arc::from(token);
         let lease_state = LeaseState::new(expires_at);
-        let renewal_id = match self.fixed_lease {
-            Some(_) => None,
-            None => {
+        // Checked by every caller before it took the lock.
+        let lease = self.lease()?;
+        let renewal_id = match self.is_fixed() {
+            true => None,
+            false => {
                 let registration = Registration::Lease {
                     protocol: self.protocol,
                     capacity: self.capacity,
@@ -636,6 +655,7 @@ impl RawLock {
                     keys: Arc::clone(keys),
                     token: Arc::clone(&token),
                     state: Arc::clone(&lease_state),
+                    lease,
                 };
                 match ctx.renewal.register(registration) {
                     Ok(id) => std::num::NonZeroU64::new(id),
@@ -655,7 +675,8 @@ impl RawLock {
             token,
             fencing_token,
             capacity: self.capacity,
-            fixed_lease_ns: Hold::fixed(self.fixed_lease),
+            lease_ns: Hold::nanos(lease),
+            fixed: self.is_fixed(),
             renewal_id,
             lease: lease_state,
             acquired_at: ctx.counters.events.on().then(Instant::now),
@@ -687,7 +708,7 @@ impl RawLock {
         contact: Option<Contact>,
     ) -> Option<LeaseGuard> {
         let contact = contact?;
-        if self.fixed_lease.is_some() || self.ctx.config.replica_acks.is_some() {
+        if self.is_fixed() || self.ctx.config.replica_acks.is_some() {
             return None;
         }
         let mut fields = note.split(' ');

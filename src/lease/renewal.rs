@@ -36,6 +36,9 @@ const FIRST_ANNOUNCEMENT: Duration = Duration::from_millis(500);
 /// soon.
 const RENEWAL_RETRY: Duration = Duration::from_millis(250);
 
+/// The shortest time between two renewals of a lease on a schedule of its own.
+const MIN_PERIOD: Duration = Duration::from_millis(1);
+
 /// How many renewals go in one pipelined round trip.
 pub(crate) const BATCH_SIZE: usize = 1000;
 
@@ -55,6 +58,8 @@ pub(crate) enum Registration {
         keys: Arc<LockKeys>,
         token: Arc<str>,
         state: Arc<LeaseState>,
+        /// The lease each renewal sets: the client's, or the lock handle's own.
+        lease: Duration,
     },
     /// A queued waiter's place (its heartbeat).
     Waiter {
@@ -145,6 +150,32 @@ struct RenewalState {
     counters: Arc<Counters>,
 }
 
+impl RenewalState {
+    /// How often a registered lease is renewed apart from the ticks: `None` for one renewed
+    /// each tick (a waiter's heartbeat, a lease as long as the client's or longer); for a
+    /// shorter lease, the same share of its length as the interval is of the client's lease.
+    fn own_period(&self, registration: &Registration) -> Option<Duration> {
+        match registration {
+            Registration::Lease { lease, .. } if *lease < self.lease => {
+                let share = self.interval.as_secs_f64() / self.lease.as_secs_f64();
+                Some(lease.mul_f64(share).max(MIN_PERIOD))
+            }
+            _ => None,
+        }
+    }
+
+    /// Has the thread renew lease `id` at `at`: in place of a renewal asked for before
+    /// (`replace`), or unless one is asked for already.
+    fn schedule(&self, id: u64, at: Instant, replace: bool) {
+        let mut due = self.due.lock();
+        match due.renewals.iter_mut().find(|(due_id, _)| *due_id == id) {
+            Some(entry) if replace => entry.1 = at,
+            Some(_) => {}
+            None => due.renewals.push((id, at)),
+        }
+    }
+}
+
 /// Leases to renew before the next tick, and until when the thread sleeps (`None` while it
 /// works), so that a renewal due earlier wakes it and one due later does not.
 #[derive(Default)]
@@ -193,13 +224,18 @@ impl Renewal {
         self.shared.lease
     }
 
-    /// Registers a lease for renewal, starting the thread when it is not running.
+    /// Registers a lease for renewal, starting the thread when it is not running. A lease
+    /// shorter than the client's is renewed on a schedule of its own (see `own_period`).
     pub(crate) fn register(&self, registration: Registration) -> Result<u64> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let period = self.shared.own_period(&registration);
         self.shared.registry.insert(id, registration);
         if let Err(e) = self.ensure_running() {
             self.shared.registry.remove(id);
             return Err(e);
+        }
+        if let Some(period) = period {
+            self.renew_at(id, Instant::now() + period);
         }
         Ok(id)
     }
@@ -439,8 +475,10 @@ impl RenewalThread {
         let started = Instant::now();
         let batches_before = s.batches.load(Ordering::Relaxed);
         let snapshot = s.registry.snapshot();
+        // Leases on a schedule of their own are renewed by `renew_due`.
         let (leases, waiters): (Vec<_>, Vec<_>) = snapshot
             .into_iter()
+            .filter(|(_, r)| s.own_period(r).is_none())
             .partition(|(_, r)| matches!(r, Registration::Lease { .. }));
         if !leases.is_empty() {
             self.renew_batch(&leases);
@@ -531,8 +569,7 @@ impl RenewalThread {
     /// run out, so that no copy of it lingers where it could still be renewed (a quorum's
     /// minority that the holder still reaches).
     fn renew_batch(&self, batch: &[(u64, Registration)]) {
-        let s = &*self.shared;
-        let batch: Vec<&(u64, Registration)> = batch
+        let mut batch: Vec<&(u64, Registration)> = batch
             .iter()
             .filter(|(id, r)| match r {
                 Registration::Lease { state, .. } => match state.lost_reason() {
@@ -545,9 +582,16 @@ impl RenewalThread {
                 Registration::Waiter { .. } => false,
             })
             .collect();
-        if batch.is_empty() {
-            return;
+        // One renewal call to the lessor per lease length (most batches have one).
+        batch.sort_by_key(|(_, r)| lease_of(r));
+        for group in batch.chunk_by(|(_, a), (_, b)| lease_of(a) == lease_of(b)) {
+            self.renew_group(group, lease_of(&group[0].1));
         }
+    }
+
+    /// Renews leases of one length, `lease`, and tells each what became of it.
+    fn renew_group(&self, batch: &[&(u64, Registration)], lease: Duration) {
+        let s = &*self.shared;
         let invocations: Vec<_> = batch
             .iter()
             .filter_map(|(_, r)| match r {
@@ -557,7 +601,7 @@ impl RenewalThread {
                     keys,
                     token,
                     ..
-                } => Some((keys, *capacity, protocol.renew(keys, token, s.lease))),
+                } => Some((keys, *capacity, protocol.renew(keys, token, lease))),
                 Registration::Waiter { .. } => None,
             })
             .collect();
@@ -571,17 +615,21 @@ impl RenewalThread {
                 (site, call)
             })
             .collect();
-        let (outcomes, trips) = s.lessor.renew(&calls, s.lease);
+        let (outcomes, trips) = s.lessor.renew(&calls, lease);
         s.batches.fetch_add(trips, Ordering::Relaxed);
         s.renewals.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        let period = s.own_period(&batch[0].1);
         let mut retry: Vec<u64> = Vec::new();
-        for ((id, r), outcome) in batch.into_iter().zip(outcomes) {
+        for ((id, r), outcome) in batch.iter().zip(outcomes) {
             let Registration::Lease { state, .. } = r else {
                 continue;
             };
             match outcome {
                 Ok(Some(held_until)) => {
                     state.renewed_until(held_until);
+                    if let Some(period) = period {
+                        s.schedule(*id, Instant::now() + period, true);
+                    }
                     // A reply that came after the lease ran out renews nothing: lost is final.
                     if state.is_lost() {
                         let why = "the renewal's reply came after the lease ran out";
@@ -599,12 +647,9 @@ impl RenewalThread {
         }
         if !retry.is_empty() {
             log::debug!("redmutex: renewal of {} leases failed", retry.len());
-            let at = Instant::now() + (s.interval / 4).min(RENEWAL_RETRY);
-            let mut due = s.due.lock();
+            let at = Instant::now() + (period.unwrap_or(s.interval) / 4).min(RENEWAL_RETRY);
             for id in retry {
-                if !due.renewals.iter().any(|(due_id, _)| *due_id == id) {
-                    due.renewals.push((id, at));
-                }
+                s.schedule(id, at, false);
             }
         }
     }
@@ -628,5 +673,13 @@ impl RenewalThread {
             s.counters.lease_lost(name, protocol.kind().name);
             log::warn!("redmutex: lock {} was lost: {why}", keys.lock);
         }
+    }
+}
+
+/// The lease a registration's renewals set (none for a waiter's heartbeat).
+fn lease_of(registration: &Registration) -> Duration {
+    match registration {
+        Registration::Lease { lease, .. } => *lease,
+        Registration::Waiter { .. } => Duration::ZERO,
     }
 }

@@ -65,6 +65,35 @@ impl<K: LockKind> Lock<K> {
         &self.raw
     }
 
+    /// This handle, with holds leased for `lease` in place of the client's
+    /// [default lease](crate::Builder::default_lease), renewed as the default is: a holder
+    /// keeps the lock as long as its guard lives, and a holder that dies frees it within
+    /// `lease`. A lease shorter than the client's is renewed as often as its length asks
+    /// (the same share of it as the [renewal interval](crate::Builder::renewal_interval) is
+    /// of the default lease), so one client serves locks that must fail over fast beside
+    /// the rest.
+    ///
+    /// A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported by the
+    /// first operation as an [`ErrorKind::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// // Taken over within 2 s of its holder's death, however long the holder keeps it.
+    /// let dispatcher = client.mutex("dispatcher").with_lease(Duration::from_secs(2));
+    /// let guard = dispatcher.lock()?;
+    /// // ... work of any length ...
+    /// drop(guard);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(self, lease: Duration) -> Self {
+        Lock::of(self.raw.with_renewed_lease(lease))
+    }
+
     /// This handle, taking the lock for a fixed `lease` with no renewal.
     ///
     /// Use it for work with a known bound, where a holder that hangs must not keep the lock
@@ -78,15 +107,15 @@ impl<K: LockKind> Lock<K> {
     /// use std::time::Duration;
     ///
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let report = client.mutex("report").with_lease(Duration::from_secs(5));
+    /// let report = client.mutex("report").with_fixed_lease(Duration::from_secs(5));
     /// if let Some(guard) = report.try_lock()? {
     ///     // ... at most 5 s of work; extend if it needs more ...
     ///     guard.extend(Duration::from_secs(5))?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn with_lease(self, lease: Duration) -> Self {
-        Lock::of(self.raw.with_lease(lease))
+    pub fn with_fixed_lease(self, lease: Duration) -> Self {
+        Lock::of(self.raw.with_fixed_lease(lease))
     }
 
     /// The lock's name, as given to [`Client::mutex`](crate::Client::mutex) or

@@ -24,10 +24,12 @@ mod hand_off;
 /// A lock lives in Redis with a lease (a PX expiry), so that a holder that dies cannot keep
 /// it forever. By default the lease is the client's
 /// [default lease](crate::Builder::default_lease) (30 s) and the client's renewal thread
-/// renews it while the guard lives: hold it as long as you need. A handle made with
-/// [`with_lease`](Mutex::with_lease) takes the lock for a fixed lease instead, without
-/// renewal: after that the lock is free for others whether or not the guard still exists,
-/// and [`MutexGuard::is_lost`](crate::MutexGuard::is_lost) says so.
+/// renews it while the guard lives: hold it as long as you need.
+/// [`with_lease`](Mutex::with_lease) gives a handle a renewed lease of its own (a short one,
+/// for a lock that must be taken over soon after its holder dies).
+/// [`with_fixed_lease`](Mutex::with_fixed_lease) takes the lock for a fixed lease instead,
+/// without renewal: after that the lock is free for others whether or not the guard still
+/// exists, and [`MutexGuard::is_lost`](crate::MutexGuard::is_lost) says so.
 ///
 /// # Re-entry
 ///

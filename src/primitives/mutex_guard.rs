@@ -138,7 +138,7 @@ impl MutexGuard {
 
     /// Adds `additional` to the lock's remaining lease, if it is still held. One round trip.
     ///
-    /// For a [fixed lease](crate::Mutex::with_lease) that turns out too short, or to make a
+    /// For a [fixed lease](crate::Mutex::with_fixed_lease) that turns out too short, or to make a
     /// renewed lock outlive a stall of the renewal thread. On a lock kept alive by the
     /// renewal thread the extension stays: renewal only ever raises the remaining lease to
     /// the default lease, never lowers it. (Like `extend(additional_time)` of redis-py's
@@ -158,7 +158,7 @@ impl MutexGuard {
     /// use std::time::Duration;
     ///
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let report = client.mutex("report").with_lease(Duration::from_secs(5));
+    /// let report = client.mutex("report").with_fixed_lease(Duration::from_secs(5));
     /// let guard = report.lock()?;
     /// // ... the work takes longer than planned ...
     /// guard.extend(Duration::from_secs(5))?; // about 10 s left now
@@ -171,7 +171,7 @@ impl MutexGuard {
     /// Replaces the lock's remaining lease with `remaining`, if it is still held: it may
     /// shorten the lease. One round trip.
     ///
-    /// Meant for a [fixed lease](crate::Mutex::with_lease). On a lock kept alive by the
+    /// Meant for a [fixed lease](crate::Mutex::with_fixed_lease). On a lock kept alive by the
     /// renewal thread, the next renewal raises a shorter lease back to the default lease.
     ///
     /// # Errors
@@ -185,7 +185,7 @@ impl MutexGuard {
     /// use std::time::Duration;
     ///
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let guard = client.mutex("report").with_lease(Duration::from_secs(60)).lock()?;
+    /// let guard = client.mutex("report").with_fixed_lease(Duration::from_secs(60)).lock()?;
     /// // The work is nearly done: let the lock lapse soon if this process hangs now.
     /// guard.set_lease(Duration::from_secs(2))?;
     /// # Ok(()) }
@@ -227,7 +227,7 @@ impl MutexGuard {
     ///
     /// # fn main() -> redmutex::Result<()> {
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let job = client.mutex("nightly-report").with_lease(Duration::from_secs(3600));
+    /// let job = client.mutex("nightly-report").with_fixed_lease(Duration::from_secs(3600));
     /// if let Some(guard) = job.try_lock()? {
     ///     // ... run the report ...
     ///     let left = guard.keep_until_expiry()?;

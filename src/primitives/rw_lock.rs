@@ -238,9 +238,18 @@ impl RwLock {
         }
     }
 
+    /// This handle, with holds (readers' and writers') leased for `lease` in place of the
+    /// client's default lease, and renewed (as [`Mutex::with_lease`](crate::Mutex::with_lease)).
+    pub fn with_lease(self, lease: Duration) -> Self {
+        RwLock {
+            read: self.read.with_renewed_lease(lease),
+            write: self.write.with_renewed_lease(lease),
+        }
+    }
+
     /// This handle, with a fixed lease for its readers and writers that is not renewed:
     /// each hold ends when its lease runs out unless released or extended before (as
-    /// [`Mutex::with_lease`](crate::Mutex::with_lease)).
+    /// [`Mutex::with_fixed_lease`](crate::Mutex::with_fixed_lease)).
     ///
     /// A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported by the
     /// first operation as an [`ErrorKind::InvalidArgument`].
@@ -252,17 +261,17 @@ impl RwLock {
     /// use std::time::Duration;
     ///
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let rebuild = client.rwlock("index").with_lease(Duration::from_secs(60));
+    /// let rebuild = client.rwlock("index").with_fixed_lease(Duration::from_secs(60));
     /// if let Some(w) = rebuild.try_write()? {
     ///     // ... at most a minute of work; extend if it needs more ...
     ///     w.extend(Duration::from_secs(60))?;
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn with_lease(self, lease: Duration) -> Self {
+    pub fn with_fixed_lease(self, lease: Duration) -> Self {
         RwLock {
-            read: self.read.with_lease(lease),
-            write: self.write.with_lease(lease),
+            read: self.read.with_fixed_lease(lease),
+            write: self.write.with_fixed_lease(lease),
         }
     }
 

@@ -243,10 +243,17 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         self
     }
 
-    /// This handle, taking the lock for a fixed `lease` with no renewal; see
-    /// [`Mutex::with_lease`](crate::Mutex::with_lease).
+    /// This handle, with holds leased for `lease` in place of the client's default lease,
+    /// and renewed; see [`Mutex::with_lease`](crate::Mutex::with_lease).
     pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.raw = self.raw.with_lease(lease);
+        self.raw = self.raw.with_renewed_lease(lease);
+        self
+    }
+
+    /// This handle, taking the lock for a fixed `lease` with no renewal; see
+    /// [`Mutex::with_fixed_lease`](crate::Mutex::with_fixed_lease).
+    pub fn with_fixed_lease(mut self, lease: Duration) -> Self {
+        self.raw = self.raw.with_fixed_lease(lease);
         self
     }
 

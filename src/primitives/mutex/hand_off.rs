@@ -53,8 +53,9 @@ impl HandOff for MutexProtocol {
             }
             None => return None,
         };
-        // A renewed lease goes on as it is; a fixed one is set anew in Redis for the new holder.
-        let renewed = hold.fixed_lease().is_none() && !taker.fixed;
+        // A renewed lease goes on as it is when the new holder's is as long; a fixed one, or
+        // one of another length, is set anew in Redis for the new holder.
+        let renewed = !hold.fixed && !taker.fixed && hold.lease_length() == taker.lease;
         let without_round_trip = cohort
             .pass_from_block()
             .filter(|_| renewed && hold.lease.expires_at() > Instant::now());

@@ -133,7 +133,7 @@ impl<T: Serialize> SharedGuard<T> {
     /// use std::time::Duration;
     ///
     /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
-    /// let stock = client.shared::<u64>("stock:42").with_lease(Duration::from_secs(5));
+    /// let stock = client.shared::<u64>("stock:42").with_fixed_lease(Duration::from_secs(5));
     /// let mut left = stock.lock()?;
     /// left.extend(Duration::from_secs(5))?; // the count takes longer than planned
     /// *left -= 1;
