@@ -117,12 +117,12 @@ fn next_leader(observer: &mut redmutex::Observer) -> AnyResult<redmutex::Leader>
 fn instance(url: &str, name: &str, address: &str) -> AnyResult<()> {
     let client = redmutex::Client::builder()
         .client_name("scheduler")
-        .default_lease(LEASE)
         .open(url)?;
     let mut conn = redis::Client::open(url)?.get_connection()?;
     let tick = Script::new(TICK_LUA);
     client
         .election(name)
+        .with_lease(LEASE)
         .run_while_leader(address, |leadership| {
             while !leadership.is_lost() {
                 let recorded: i64 = tick

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use redis::Commands;
 use redmutex::{Client, ErrorKind, LeaderEvent, MAX_LEADER_VALUE};
-use support::{read_marker, spawn_worker, within, worker_role, RedisServer};
+use support::{read_marker, redlock_over, servers, spawn_worker, within, worker_role, RedisServer};
 
 const ENTRY: &str = "election_worker_entry";
 
@@ -34,11 +34,9 @@ fn election_worker_entry() {
     let Some((role, url, _)) = worker_role() else {
         return;
     };
-    let client = Client::builder()
-        .default_lease(LEASE)
-        .open(url.as_str())
-        .unwrap();
-    let election = client.election("processes");
+    let client = Client::open(url.as_str()).unwrap();
+    // The client's other locks keep the default lease (30 s); the election's is short.
+    let election = client.election("processes").with_lease(LEASE);
     let mut conn = redis::Client::open(url.as_str())
         .unwrap()
         .get_connection()
@@ -230,18 +228,21 @@ fn a_resignation_hands_over_at_once() {
 #[test]
 fn a_dead_leader_is_replaced_when_its_lease_runs_out() {
     let server = RedisServer::start();
-    let dying = Client::builder()
-        .default_lease(Duration::from_secs(2))
-        .open(server.url())
-        .unwrap();
-    let leadership = dying.election("dead").campaign("a").unwrap();
+    let dying = Client::open(server.url()).unwrap();
+    let election = dying.election("dead").with_lease(Duration::from_secs(2));
+    let leadership = election.campaign("a").unwrap();
     let first = leadership.term();
-    // The process dies: nothing resigns, nothing renews.
+    // The process dies: nothing resigns, nothing renews (once no handle is left).
     std::mem::forget(leadership);
+    drop(election);
     drop(dying);
     let other = client(&server);
     let taken = Instant::now();
-    let leadership = other.election("dead").campaign("b").unwrap();
+    let leadership = other
+        .election("dead")
+        .campaign_for(LIMIT, "b")
+        .unwrap()
+        .expect("led within the limit");
     assert!(leadership.term() > first);
     assert!(taken.elapsed() < LIMIT);
     let leader = other.election("dead").leader().unwrap().expect("a leader");
@@ -357,6 +358,79 @@ fn run_while_leader_returns_the_work_and_resigns() {
     assert_eq!(election.leader().unwrap(), None);
 }
 
+/// A client shut down (on a termination signal, say) resigns its leaderships at once: the
+/// work of `run_while_leader` sees the leadership lost and returns, the runner says the
+/// client is shut down, and a waiting candidate leads at once rather than after the lease.
+#[test]
+fn a_shutdown_resigns_and_ends_run_while_leader() {
+    let server = RedisServer::start();
+    // The default lease, 30 s: a candidate that led sooner was handed the lock.
+    let leading = client(&server);
+    let (runner, steps) = (leading.clone(), Arc::new(AtomicUsize::new(0)));
+    let counted = Arc::clone(&steps);
+    let run = std::thread::spawn(move || {
+        runner
+            .election("service")
+            .run_while_leader("a", |leadership| {
+                while !leadership.is_lost() {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                leadership.term()
+            })
+    });
+    let other = client(&server);
+    let reader = other.clone();
+    let term_a = within(LIMIT, move || loop {
+        if let Some(leader) = reader.election("service").leader().unwrap() {
+            break leader.term;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    });
+    let candidate = other.clone();
+    let next = std::thread::spawn(move || {
+        let leadership = candidate.election("service").campaign("b").unwrap();
+        (leadership.term(), Instant::now())
+    });
+    // The candidate waits for the lock before the leader's client shuts down.
+    assert!(support::eventually(LIMIT, || other.stats().contended >= 1));
+    let shut = Instant::now();
+    leading.shutdown();
+    let err = run.join().unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Shutdown);
+    let (term_b, led_at) = next.join().unwrap();
+    assert!(term_b > term_a);
+    let after = led_at.duration_since(shut);
+    assert!(
+        after < Duration::from_secs(10),
+        "led {after:?} after the shutdown"
+    );
+    assert!(steps.load(Ordering::Relaxed) > 0);
+}
+
+/// A leadership resigned by its client's shutdown reads as lost, and its own resignation
+/// afterwards has nothing left to do.
+#[test]
+fn a_leadership_resigned_at_shutdown_reads_lost_and_resigns_quietly() {
+    let server = RedisServer::start();
+    let leading = client(&server);
+    let election = leading.election("quiet");
+    let leadership = election.campaign("a").unwrap();
+    let watch = leadership.lease_watch();
+    let kept = leading.election("kept").campaign("k").unwrap();
+    let kept_for = kept.keep_until_expiry().unwrap();
+    assert!(kept_for > Duration::ZERO);
+    leading.clone().shutdown();
+    assert!(watch.is_lost());
+    assert!(leadership.is_lost());
+    leadership.resign().unwrap();
+    let other = client(&server);
+    assert_eq!(other.election("quiet").leader().unwrap(), None);
+    // A leadership kept until its lease runs out is not resigned.
+    let kept = other.election("kept").leader().unwrap().expect("kept");
+    assert_eq!(kept.value, "k");
+}
+
 #[test]
 fn bad_input_is_refused_before_anything_is_sent() {
     let server = RedisServer::start();
@@ -391,4 +465,75 @@ fn a_leadership_is_a_fenced_lease() {
     assert_eq!(Lease::name(&leadership), "generic");
     step_down(leadership, term).unwrap();
     assert_eq!(election.leader().unwrap(), None);
+}
+
+/// An election over a Redlock of three instances: one leader at a time with rising terms,
+/// `leader()` named by a majority, an observer that tells each change once and in order
+/// though every instance logs it, and one instance down changes none of it.
+#[test]
+fn an_election_over_a_redlock_keeps_its_promises_with_an_instance_down() {
+    let mut s = servers(3);
+    let (a, b) = (redlock_over(&s), redlock_over(&s));
+    let mut changes = b.election("quorum").observe().unwrap();
+    let mut led = a.election("quorum").campaign("a").unwrap();
+    let term_a = led.term();
+    let named = b.election("quorum").leader().unwrap().expect("a leader");
+    assert_eq!((named.value.as_str(), named.term), ("a", term_a));
+    let candidate = b.clone();
+    let next = std::thread::spawn(move || {
+        let leadership = candidate
+            .election("quorum")
+            .campaign_for(LIMIT, "b")
+            .unwrap()
+            .expect("led within the limit");
+        let term = leadership.term();
+        leadership.resign().unwrap();
+        term
+    });
+    led.proclaim("a2").unwrap();
+    led.resign().unwrap();
+    let term_b = next.join().unwrap();
+    assert!(term_b > term_a);
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        match changes.recv_timeout(LIMIT).unwrap() {
+            Some(event) => seen.push(event),
+            None => panic!("no change within the limit: {seen:?}"),
+        }
+    }
+    let expected = |e: &LeaderEvent, i: usize| match (i, e) {
+        (0, LeaderEvent::Elected(l)) => l.term == term_a && l.value == "a",
+        (1, LeaderEvent::Proclaimed(l)) => l.term == term_a && l.value == "a2",
+        (2, LeaderEvent::Vacant { term }) => *term == term_a,
+        (3, LeaderEvent::Elected(l)) => l.term == term_b && l.value == "b",
+        (4, LeaderEvent::Vacant { term }) => *term == term_b,
+        _ => false,
+    };
+    assert!(
+        seen.iter().enumerate().all(|(i, e)| expected(e, i)),
+        "{seen:?}"
+    );
+    // Told once each, though three logs hold them.
+    assert!(changes
+        .recv_timeout(Duration::from_millis(300))
+        .unwrap()
+        .is_none());
+    // One instance down: a majority still elects, names and logs.
+    s[0].kill();
+    let led = a.election("quorum").campaign("a3").unwrap();
+    assert!(led.term() > term_b);
+    let named = b.election("quorum").leader().unwrap().expect("a leader");
+    assert_eq!((named.value.as_str(), named.term), ("a3", led.term()));
+    match changes.recv_timeout(LIMIT).unwrap() {
+        Some(LeaderEvent::Elected(l)) => assert_eq!(l.term, led.term()),
+        other => panic!("{other:?}"),
+    }
+    // A record that one instance alone still backs (the lock gone from the other live one)
+    // names nobody.
+    let removed: i64 = redis::cmd("DEL")
+        .arg("redmutex:{election:quorum}")
+        .query(&mut s[1].conn())
+        .unwrap();
+    assert_eq!(removed, 1);
+    assert_eq!(b.election("quorum").leader().unwrap(), None);
 }

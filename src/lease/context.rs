@@ -9,6 +9,7 @@ use crate::config::Config;
 use crate::connection::{Connections, ScriptCall};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
+use crate::lease::at_shutdown::AtShutdown;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::lessor::Lessor;
 use crate::lease::renewal::Renewal;
@@ -33,6 +34,8 @@ pub(crate) struct LockContext {
     pub(crate) rechecks: Gates,
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
+    /// What the shutdown does before it closes the client.
+    pub(crate) at_shutdown: AtShutdown,
     /// Set when the client was shut down.
     closed: AtomicBool,
     /// The handles alive now (see [`Handle`]).
@@ -121,6 +124,7 @@ impl LockContext {
             rechecks: Gates::default(),
             tokens,
             counters,
+            at_shutdown: AtShutdown::default(),
             closed: AtomicBool::new(false),
             handles: AtomicUsize::new(0),
         }
@@ -144,6 +148,10 @@ impl LockContext {
 
     /// Closes the client: new operations fail, the background threads end for good.
     pub(crate) fn shut_down(&self) {
+        // Holds that give themselves up at shutdown do it first, while the client is open.
+        for work in self.at_shutdown.take_all() {
+            work(self);
+        }
         self.closed.store(true, Ordering::Release);
         self.renewal.shutdown(true);
         self.subscriber.shutdown(true);

@@ -418,6 +418,27 @@ impl LeaseGuard {
         }
     }
 
+    /// Has the client give this hold up when it is shut down, before it closes, unless
+    /// [`keep_at_shutdown`](Self::keep_at_shutdown) cancels it first: the lease is marked
+    /// lost (`LostReason::ShutDown`), `first` runs (a call checked against the hold's token:
+    /// a leader's record removed) and the lock is released in Redis. Returns the id that
+    /// cancels it.
+    pub(crate) fn give_up_at_shutdown(&self, first: ScriptCall) -> u64 {
+        let hold = Arc::clone(&self.hold);
+        let work = move |ctx: &LockContext| given_up_at_shutdown(ctx, &hold, &first);
+        self.ctx.at_shutdown.add(Box::new(work))
+    }
+
+    /// Cancels what [`give_up_at_shutdown`](Self::give_up_at_shutdown) registered as `id`.
+    pub(crate) fn keep_at_shutdown(&self, id: u64) {
+        self.ctx.at_shutdown.cancel(id);
+    }
+
+    /// Whether the hold was given up when its client was shut down.
+    pub(crate) fn given_up_at_shutdown(&self) -> bool {
+        matches!(self.hold.lease.lost_reason(), Some(LostReason::ShutDown))
+    }
+
     /// The keys of this hold, for the protocol's calls.
     pub(crate) fn keys(&self) -> &crate::keys::LockKeys {
         &self.hold.keys
@@ -473,6 +494,27 @@ pub(crate) fn lost(ctx: &LockContext, hold: &Hold, reason: LostReason) -> Error 
         ErrorKind::LockLost,
         format!("lock {:?}: {}", hold.name, reason.describe()),
     )
+}
+
+/// Gives `hold` up as its client shuts down (see `LeaseGuard::give_up_at_shutdown`): marked
+/// lost first, so that its holder stops before anyone else can take the lock; then `first`
+/// and the release, each sent once (a failure is logged: the lease runs out then).
+fn given_up_at_shutdown(ctx: &LockContext, hold: &Hold, first: &ScriptCall) {
+    if hold.lease.lost_reason().is_some() || !hold.lease.mark_lost(LostReason::ShutDown) {
+        return;
+    }
+    if let Some(id) = hold.renewal_id() {
+        ctx.renewal.cancel(id);
+    }
+    let doing = Doing::lock("giving up at shutdown", &hold.name);
+    let release = hold.protocol.release(&hold.keys, &hold.token);
+    let sent = ctx
+        .lessor
+        .acted(hold.call(first, doing))
+        .and_then(|_| ctx.lessor.release(hold.call(&release, doing)));
+    if let Err(e) = sent {
+        log::warn!("redmutex: {e}; the lock is freed when its lease runs out");
+    }
 }
 
 /// The release of `hold` without a value: for a hold that may have been passed on within

@@ -138,6 +138,20 @@ pub(crate) trait Lessor: Send + Sync + 'static {
     #[cfg_attr(not(feature = "serde"), allow(dead_code))]
     fn read_value(&self, at: ValueAt<'_>, doing: Doing<'_>) -> Result<Option<Vec<u8>>>;
 
+    /// How many copies a hold has (its servers) and how many of them must agree on what a
+    /// read finds: 1 and 1 for a single deployment, a quorum's instances and its majority.
+    fn copies(&self) -> (usize, usize);
+
+    /// Reads on every copy (see [`copies`](Self::copies)) where the lock at `route` lives:
+    /// `calls` has one call per copy, in order, and the replies come in the same order,
+    /// `None` for a copy that did not answer. Fails when too few answered to agree.
+    fn read_each(
+        &self,
+        route: &str,
+        calls: &[ScriptCall],
+        doing: Doing<'_>,
+    ) -> Result<Vec<Option<redis::Value>>>;
+
     /// Deletes a key of the lock: whether it existed.
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool>;
 

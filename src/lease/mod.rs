@@ -3,6 +3,7 @@
 //! outcomes, poisoning, and the acquire logic of `RawLock`. A kind of lock brings only its
 //! `Protocol` (the primitive seam).
 
+mod at_shutdown;
 mod cleanup;
 mod context;
 mod guard;

@@ -583,6 +583,46 @@ impl Lessor for Quorum {
             .and_then(|(_, bytes)| bytes))
     }
 
+    fn copies(&self) -> (usize, usize) {
+        (self.instances.len(), self.quorum)
+    }
+
+    /// Each instance's call, every answer read within the response timeout; a majority must
+    /// answer.
+    fn read_each(
+        &self,
+        route: &str,
+        calls: &[ScriptCall],
+        doing: Doing<'_>,
+    ) -> Result<Vec<Option<redis::Value>>> {
+        let calls: Vec<Option<&ScriptCall>> = calls.iter().map(Some).collect();
+        let replies = fan_out(
+            &self.instances,
+            route,
+            &calls,
+            self.response_timeout(),
+            doing,
+        );
+        let mut failed = Vec::new();
+        let values = replies
+            .into_iter()
+            .map(|reply| match reply {
+                Some(Ok(redis::Value::ServerError(e))) => {
+                    failed.push(unexpected(doing, &redis::Value::ServerError(e)));
+                    None
+                }
+                Some(Ok(value)) => Some(value),
+                Some(Err(e)) => {
+                    failed.push(e);
+                    None
+                }
+                None => None,
+            })
+            .collect();
+        self.enough_answered(self.quorum, &failed, doing)?;
+        Ok(values)
+    }
+
     /// On every instance; whether any had it.
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {
         let call = ScriptCall::new(&KEY).key(key).arg("del");

@@ -336,6 +336,25 @@ impl Lessor for Single {
         })
     }
 
+    fn copies(&self) -> (usize, usize) {
+        (1, 1)
+    }
+
+    fn read_each(
+        &self,
+        route: &str,
+        calls: &[ScriptCall],
+        doing: Doing<'_>,
+    ) -> Result<Vec<Option<redis::Value>>> {
+        let Some(call) = calls.first() else {
+            return Ok(Vec::new());
+        };
+        let reply = self
+            .connections
+            .call(route, doing, |conn| call.invoke::<redis::Value>(conn))?;
+        Ok(vec![Some(reply)])
+    }
+
     fn delete(&self, lock_key: &str, key: &str, doing: Doing<'_>) -> Result<bool> {
         let removed: i64 = self.call(lock_key, doing, |c| redis::cmd("DEL").arg(key).query(c))?;
         Ok(removed == 1)

@@ -13,6 +13,8 @@ pub(crate) enum LostReason {
     Taken,
     /// No renewal succeeded before the lease ran out (Redis unreachable, say).
     Expired(String),
+    /// The client was shut down, and gave the lock up then (an election's leader resigns).
+    ShutDown,
 }
 
 impl LostReason {
@@ -20,6 +22,7 @@ impl LostReason {
         match self {
             LostReason::Taken => "the lock no longer holds this holder's token".to_owned(),
             LostReason::Expired(why) => format!("the lease ran out without renewal ({why})"),
+            LostReason::ShutDown => "the client was shut down and gave the lock up".to_owned(),
         }
     }
 }

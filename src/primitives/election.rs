@@ -53,8 +53,8 @@ crate::lease::scripts::listed! {
 /// The election is a [`Mutex`] named `election:<name>` (do not lock that mutex yourself): a
 /// leader holds it with a lease that the client's renewal thread renews, its term is the
 /// hold's fencing token, and a leader that dies is replaced when its lease runs out (the
-/// client's [default lease](crate::Builder::default_lease); a shorter one for a faster
-/// failover). A leader that resigns, or drops its `Leadership`, hands over at once: the
+/// client's [default lease](crate::Builder::default_lease), or the election's own:
+/// [`with_lease`](Election::with_lease), a shorter one for a faster failover). A leader that resigns, or drops its `Leadership`, hands over at once: the
 /// release names a waiting candidate.
 ///
 /// # Examples
@@ -81,6 +81,17 @@ pub struct Election {
 /// One entry of an election's log: its id, and its fields.
 type Change = (String, Vec<(String, String)>);
 
+/// Where an election's log is read from at first.
+const LOG_START: &str = "0-0";
+
+/// Who leads, with which change of its term gave the value (0: the election; 1, 2, …: each
+/// proclamation), which orders the changes of one term.
+#[derive(Clone)]
+struct Led {
+    leader: Leader,
+    n: u64,
+}
+
 /// Who leads an election, as [`Election::leader`] and [`Observer`] tell it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leader {
@@ -101,6 +112,31 @@ impl Election {
             lock: Mutex::new(ctx, &format!("{LOCK_PREFIX}{name}")),
             name: Arc::from(name),
         }
+    }
+
+    /// This election, whose leaders hold a lease of `lease` (renewed while they lead) in
+    /// place of the client's [default lease](crate::Builder::default_lease): a leader that
+    /// dies is replaced within `lease`, while the client's other locks keep theirs. See
+    /// [`Mutex::with_lease`].
+    ///
+    /// A lease of zero, under 1 ms or over [`MAX_LEASE`](crate::MAX_LEASE) is reported by the
+    /// first campaign as an [`ErrorKind::InvalidArgument`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let client = redmutex::Client::open("redis://127.0.0.1/")?;
+    /// let election = client.election("scheduler").with_lease(Duration::from_secs(3));
+    /// let leadership = election.campaign("10.0.0.7:8080")?; // replaced within 3 s if it dies
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lock = self.lock.with_lease(lease);
+        self
     }
 
     /// The election's name, as given to [`Client::election`](crate::Client::election).
@@ -219,7 +255,7 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn leader(&self) -> Result<Option<Leader>> {
-        Ok(self.read_leader()?.0)
+        Ok(self.read_leader()?.0.map(|led| led.leader))
     }
 
     /// Follows the election: every change of leader and of the value it announces, in order,
@@ -248,8 +284,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub fn observe(&self) -> Result<Observer> {
-        let (leader, last_id) = self.read_leader()?;
-        Ok(Observer::new(self.clone(), leader, last_id))
+        let (leader, last_ids) = self.read_leader()?;
+        Ok(Observer::new(self.clone(), leader, last_ids))
     }
 
     /// Campaigns, runs `work` while leading, and resigns when it returns: its result. When
@@ -258,9 +294,14 @@ impl Election {
     /// `work` again once it leads. Long work should check
     /// [`Leadership::is_lost`] and return early.
     ///
+    /// When the client is [shut down](crate::Client::shutdown) (from another thread, on a
+    /// termination signal say), the leader resigns at once and the leadership reads as lost:
+    /// `work` returns at its next check, and this returns [`ErrorKind::Shutdown`].
+    ///
     /// # Errors
     ///
-    /// As for [`campaign`](Election::campaign), and the resignation's errors.
+    /// As for [`campaign`](Election::campaign) ([`ErrorKind::Shutdown`] once the client is
+    /// shut down), and the resignation's errors.
     ///
     /// # Examples
     ///
@@ -305,54 +346,79 @@ impl Election {
         &self.lock.raw().ctx
     }
 
-    /// Runs `read.lua` for `what` (with `arg`), routed to the lock's server.
-    fn read(&self, what: &str, arg: &str, doing: &'static str) -> Result<redis::Value> {
+    /// Runs `read.lua` for `what` on every copy of the election (one server, or each
+    /// instance of a Redlock), with `arg(i)` for copy `i`: the replies, `None` for a copy that
+    /// did not answer.
+    fn read<'a>(
+        &self,
+        what: &str,
+        arg: impl Fn(usize) -> &'a str,
+        doing: &'static str,
+    ) -> Result<Vec<Option<redis::Value>>> {
         let keys = self.keys()?;
         self.ctx().ensure_open()?;
-        let call = ScriptCall::new(&READ)
-            .key(&keys.lock)
-            .key(keys.beside(suffix::LEADER))
-            .key(keys.beside(suffix::LEADER_LOG))
-            .arg(what)
-            .arg(arg);
-        let (mut replies, _) = self.ctx().lessor.batch(
-            &[(keys.lock.as_str(), &call)],
-            Doing::lock(doing, self.lock.name()),
-        );
-        replies
-            .pop()
-            .unwrap_or_else(|| Err(Error::new(ErrorKind::Connection, "no reply")))
+        let (copies, _) = self.ctx().lessor.copies();
+        let calls: Vec<ScriptCall> = (0..copies)
+            .map(|i| {
+                ScriptCall::new(&READ)
+                    .key(&keys.lock)
+                    .key(keys.beside(suffix::LEADER))
+                    .key(keys.beside(suffix::LEADER_LOG))
+                    .arg(what)
+                    .arg(arg(i))
+            })
+            .collect();
+        self.ctx()
+            .lessor
+            .read_each(&keys.lock, &calls, Doing::lock(doing, self.lock.name()))
     }
 
-    /// Who leads now, and the id of the log's last change.
-    fn read_leader(&self) -> Result<(Option<Leader>, String)> {
-        let reply = self.read("leader", "", "reading the leader of")?;
-        type Reply = (
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            String,
-        );
-        let (term, since, client_id, value, last_id): Reply = redis::from_redis_value(reply)
-            .map_err(|e| Error::new(ErrorKind::Decode, format!("a leader record: {e}")))?;
-        let leader = match (term, since, client_id, value) {
-            (Some(term), Some(since), Some(client_id), Some(value)) => Some(Leader {
-                term: parse_number(&term)?,
-                since: UNIX_EPOCH + Duration::from_millis(parse_number(&since)?),
-                client_id,
-                value,
-            }),
-            _ => None,
-        };
-        Ok((leader, last_id))
+    /// Who leads now (as enough copies agree: on a Redlock, a majority of the instances name
+    /// the term), and where each copy's log ends.
+    fn read_leader(&self) -> Result<(Option<Led>, Vec<String>)> {
+        let replies = self.read("leader", |_| "", "reading the leader of")?;
+        let (_, needed) = self.ctx().lessor.copies();
+        let mut named: Vec<Led> = Vec::new();
+        let mut last_ids = Vec::with_capacity(replies.len());
+        for reply in replies {
+            let Some(reply) = reply else {
+                // Read from the start: what was reported already is passed over.
+                last_ids.push(LOG_START.to_owned());
+                continue;
+            };
+            let (led, last_id) = parse_leader(reply)?;
+            named.extend(led);
+            last_ids.push(last_id);
+        }
+        let leader = named
+            .iter()
+            .filter(|led| {
+                named
+                    .iter()
+                    .filter(|o| o.leader.term == led.leader.term)
+                    .count()
+                    >= needed
+            })
+            .max_by_key(|led| (led.leader.term, led.n))
+            .cloned();
+        Ok((leader, last_ids))
     }
 
-    /// The log's changes after `last_id`, oldest first.
-    fn changes(&self, last_id: &str) -> Result<Vec<Change>> {
-        let reply = self.read("changes", last_id, "reading the changes of")?;
-        redis::from_redis_value(reply)
-            .map_err(|e| Error::new(ErrorKind::Decode, format!("an election's log: {e}")))
+    /// Each copy's changes after its `last_ids[i]`, oldest first (`None`: it did not answer).
+    fn changes(&self, last_ids: &[String]) -> Result<Vec<Option<Vec<Change>>>> {
+        let arg = |i: usize| last_ids.get(i).map_or(LOG_START, String::as_str);
+        self.read("changes", arg, "reading the changes of")?
+            .into_iter()
+            .map(|reply| {
+                reply
+                    .map(|r| {
+                        redis::from_redis_value(r).map_err(|e| {
+                            Error::new(ErrorKind::Decode, format!("an election's log: {e}"))
+                        })
+                    })
+                    .transpose()
+            })
+            .collect()
     }
 
     /// The election's channel, on which every change is announced.
@@ -367,6 +433,33 @@ impl fmt::Debug for Election {
             .field("name", &self.name)
             .finish_non_exhaustive()
     }
+}
+
+/// One copy's reply to `read.lua`'s `leader`: who it names, and where its log ends.
+fn parse_leader(reply: redis::Value) -> Result<(Option<Led>, String)> {
+    type Reply = (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        String,
+        Option<String>,
+    );
+    let (term, since, client_id, value, last_id, n): Reply = redis::from_redis_value(reply)
+        .map_err(|e| Error::new(ErrorKind::Decode, format!("a leader record: {e}")))?;
+    let led = match (term, since, client_id, value) {
+        (Some(term), Some(since), Some(client_id), Some(value)) => Some(Led {
+            leader: Leader {
+                term: parse_number(&term)?,
+                since: UNIX_EPOCH + Duration::from_millis(parse_number(&since)?),
+                client_id,
+                value,
+            },
+            n: n.as_deref().map_or(Ok(0), parse_number)?,
+        }),
+        _ => None,
+    };
+    Ok((led, last_id))
 }
 
 /// `value`, when a leader may announce it.

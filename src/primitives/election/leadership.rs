@@ -15,6 +15,12 @@ use crate::primitives::MutexGuard;
 /// longer leads. Dropping it resigns (a failure is logged); [`resign`](Leadership::resign)
 /// says how it went. Like every guard, it belongs to the thread that campaigned (not `Send`).
 ///
+/// [`Client::shutdown`](crate::Client::shutdown) resigns every leadership of the client at
+/// once, from the thread that shuts down (as closing an etcd session revokes its lease): the
+/// leadership reads as lost first ([`is_lost`](Leadership::is_lost), the
+/// [`lease_watch`](Leadership::lease_watch)), so the leader's work stops, then the record is
+/// removed and a waiting candidate is woken.
+///
 /// A thread that campaigns again while it leads gets a second `Leadership` of the same term
 /// at once (re-entry, as with a [`Mutex`](crate::Mutex)); only the outermost one announces
 /// its value and resigns.
@@ -42,19 +48,29 @@ pub struct Leadership {
     guard: Option<MutexGuard>,
     name: Arc<str>,
     value: String,
+    /// The resignation the client's shutdown makes (the outermost leadership's).
+    at_shutdown: Option<u64>,
+    /// How many proclamations this leadership sent: each change of a term has its number.
+    proclaimed: u64,
 }
 
 impl Leadership {
     /// Announces the leader of the lock `guard` holds, with `value`.
     pub(super) fn begin(guard: MutexGuard, name: Arc<str>, value: String) -> Result<Leadership> {
         let outermost = guard.lease().holds() == 1;
+        let at_shutdown = outermost.then(|| {
+            let lease = guard.lease();
+            lease.give_up_at_shutdown(write_call(lease, "vacant"))
+        });
         let leadership = Leadership {
             guard: Some(guard),
             name,
             value,
+            at_shutdown,
+            proclaimed: 0,
         };
         if outermost {
-            leadership.announce("elected", &leadership.value)?;
+            leadership.announce("elected", &leadership.value, 0)?;
         }
         Ok(leadership)
     }
@@ -69,12 +85,15 @@ impl Leadership {
             .ok_or_else(|| Error::new(ErrorKind::LockLost, "the leadership has ended"))
     }
 
-    /// Runs `write.lua` with `event` and `value`.
-    fn announce(&self, event: &str, value: &str) -> Result<()> {
+    /// Runs `write.lua` with `event` and `value`, the term's `n`th change.
+    fn announce(&self, event: &str, value: &str, n: u64) -> Result<()> {
         let Some(lease) = self.lease() else {
             return Ok(());
         };
-        let call = write_call(lease, event).arg(lease.client_id()).arg(value);
+        let call = write_call(lease, event)
+            .arg(lease.client_id())
+            .arg(value)
+            .arg(n);
         lease.run_while_held("announcing the leader of", &call)
     }
 
@@ -117,7 +136,9 @@ impl Leadership {
     /// timeout errors.
     pub fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
         let value = checked(value.into())?;
-        self.announce("proclaimed", &value)?;
+        // Numbered even when it fails: a write that reached some copies keeps its number.
+        self.proclaimed += 1;
+        self.announce("proclaimed", &value, self.proclaimed)?;
         self.value = value;
         Ok(())
     }
@@ -129,7 +150,8 @@ impl Leadership {
     /// # Errors
     ///
     /// [`ErrorKind::LockLost`](crate::ErrorKind::LockLost) when the leadership was lost
-    /// before; connection and timeout errors (the lease then runs out by itself).
+    /// before (not when it resigned as its client was shut down); connection and timeout
+    /// errors (the lease then runs out by itself).
     pub fn resign(mut self) -> Result<()> {
         self.step_down()
     }
@@ -177,10 +199,13 @@ impl Leadership {
     ///
     /// As for [`MutexGuard::keep_until_expiry`].
     pub fn keep_until_expiry(mut self) -> Result<Duration> {
-        match self.guard.take() {
-            Some(guard) => guard.keep_until_expiry(),
-            None => Ok(Duration::ZERO),
+        let Some(guard) = self.guard.take() else {
+            return Ok(Duration::ZERO);
+        };
+        if let Some(id) = self.at_shutdown.take() {
+            guard.lease().keep_at_shutdown(id);
         }
+        guard.keep_until_expiry()
     }
 
     /// Resigns: the name every guard gives its release ([`resign`](Leadership::resign)).
@@ -202,6 +227,14 @@ impl Leadership {
             return Ok(());
         };
         let lease = guard.lease();
+        if let Some(id) = self.at_shutdown.take() {
+            lease.keep_at_shutdown(id);
+        }
+        if lease.given_up_at_shutdown() {
+            // Resigned as the client shut down: the lock is free already.
+            let _ = guard.unlock();
+            return Ok(());
+        }
         if lease.holds() > 1 {
             // An inner leadership of a thread that leads: the outer one resigns.
             return guard.unlock();

@@ -7,7 +7,9 @@
 --
 -- KEYS[1]: the lock; KEYS[2]: the leader record; KEYS[3]: the log.
 -- ARGV[1]: the token; ARGV[2]: `elected`, `proclaimed` or `vacant`; ARGV[3]: the term;
--- ARGV[4]: the channel; ARGV[5]: the leading client's id; ARGV[6]: the value.
+-- ARGV[4]: the channel; ARGV[5]: the leading client's id; ARGV[6]: the value; ARGV[7]: which
+-- change of the term it is (0 for `elected`, then 1, 2, … for each `proclaimed`), so that
+-- the copies of a log kept on several servers (a Redlock's) line up.
 -- Reply: 1 when written (or, for `vacant`, when there was nothing to remove), 0 when the
 -- lock no longer holds the token (nothing is written).
 -- Needs announce.lua.
@@ -29,14 +31,14 @@ if event == 'elected' then
   since = string.format('%.0f', tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
   redis.call('DEL', KEYS[2])
   redis.call('HSET', KEYS[2], 'token', ARGV[1], 'term', ARGV[3], 'since', since,
-    'client', ARGV[5], 'value', ARGV[6])
+    'client', ARGV[5], 'value', ARGV[6], 'n', ARGV[7])
 elseif own then
   since = redis.call('HGET', KEYS[2], 'since')
-  redis.call('HSET', KEYS[2], 'value', ARGV[6])
+  redis.call('HSET', KEYS[2], 'value', ARGV[6], 'n', ARGV[7])
 else
   return 0
 end
 redis.call('XADD', KEYS[3], 'MAXLEN', '~', 100, '*', 'event', event, 'term', ARGV[3],
-  'since', since, 'client', ARGV[5], 'value', ARGV[6])
+  'since', since, 'client', ARGV[5], 'value', ARGV[6], 'n', ARGV[7])
 announce(ARGV[4], ARGV[3])
 return 1

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::lease::{reentrancy, Handle, Lessor, LockContext, Quorum};
 #[cfg(feature = "serde")]
 use crate::primitives::Shared;
-use crate::primitives::{MultiLock, Mutex, MutexGuard, RwLock, Semaphore};
+use crate::primitives::{Election, MultiLock, Mutex, MutexGuard, RwLock, Semaphore};
 use crate::stats::Stats;
 use crate::token::TokenSource;
 use crate::waiting::Subscribers;
@@ -200,6 +200,30 @@ impl Redlock {
     /// sent until it is used.
     pub fn mutex(&self, name: impl AsRef<str>) -> RedlockMutex {
         Mutex::new(Arc::clone(&self.ctx), name.as_ref())
+    }
+
+    /// The election `name`, led by the holder of a lock held on a majority of the instances,
+    /// as [`Client::election`] gives one. Cheap. The leader's record and the log of changes
+    /// are written on every instance it reaches; [`leader`](Election::leader) names a leader
+    /// only when a majority of the instances name its term, and an
+    /// [`Observer`](crate::Observer) reads every instance's log and tells each change once,
+    /// in order.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn main() -> redmutex::Result<()> {
+    /// let redlock = redmutex::Redlock::open([
+    ///     "redis://10.0.0.1/",
+    ///     "redis://10.0.0.2/",
+    ///     "redis://10.0.0.3/",
+    /// ])?;
+    /// let leadership = redlock.election("scheduler").campaign("10.0.0.7:8080")?;
+    /// println!("leading with term {}", leadership.term());
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl AsRef<str>) -> Election {
+        Election::new(Arc::clone(&self.ctx), name.as_ref())
     }
 
     /// A handle to the read-write lock `name`, held on a majority of the instances, as
