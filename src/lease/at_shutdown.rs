@@ -7,21 +7,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 
 use crate::fast_hash::FastHashMap;
-use crate::lease::context::LockContext;
 
-/// One piece of work for the shutdown; it is given the client's context, still open.
-pub(crate) type ShutdownWork = Box<dyn FnOnce(&LockContext) + Send>;
+/// One piece of work for the shutdown; it is given what it shuts down (the client's
+/// context, still open).
+pub(crate) type ShutdownWork<C> = Box<dyn FnOnce(&C) + Send>;
 
-/// The work registered for a client's shutdown, by id.
-#[derive(Default)]
-pub(crate) struct AtShutdown {
+/// The work registered for the shutdown of a `C` (a client's context), by id.
+pub(crate) struct AtShutdown<C> {
     next_id: AtomicU64,
-    work: Mutex<FastHashMap<u64, ShutdownWork>>,
+    work: Mutex<FastHashMap<u64, ShutdownWork<C>>>,
 }
 
-impl AtShutdown {
+impl<C> Default for AtShutdown<C> {
+    fn default() -> Self {
+        AtShutdown {
+            next_id: AtomicU64::new(0),
+            work: Mutex::default(),
+        }
+    }
+}
+
+impl<C> AtShutdown<C> {
     /// Registers `work`; the id cancels it.
-    pub(crate) fn add(&self, work: ShutdownWork) -> u64 {
+    pub(crate) fn add(&self, work: ShutdownWork<C>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.work.lock().insert(id, work);
         id
@@ -33,7 +41,7 @@ impl AtShutdown {
     }
 
     /// Every piece of work registered, taken out (each runs once).
-    pub(crate) fn take_all(&self) -> Vec<ShutdownWork> {
+    pub(crate) fn take_all(&self) -> Vec<ShutdownWork<C>> {
         self.work.lock().drain().map(|(_, work)| work).collect()
     }
 }
@@ -44,7 +52,7 @@ mod tests {
 
     #[test]
     fn cancelled_work_is_not_taken_and_work_is_taken_once() {
-        let at = AtShutdown::default();
+        let at = AtShutdown::<()>::default();
         let kept = at.add(Box::new(|_| {}));
         let cancelled = at.add(Box::new(|_| {}));
         assert_ne!(kept, cancelled);

@@ -35,7 +35,7 @@ pub(crate) struct LockContext {
     pub(crate) tokens: TokenSource,
     pub(crate) counters: Arc<Counters>,
     /// What the shutdown does before it closes the client.
-    pub(crate) at_shutdown: AtShutdown,
+    pub(crate) at_shutdown: AtShutdown<LockContext>,
     /// Set when the client was shut down.
     closed: AtomicBool,
     /// The handles alive now (see [`Handle`]).
