@@ -16,7 +16,7 @@ mod support;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use support::eventually;
 use support::netns::{self, now_us, Event, Helper, HelperSpec, Net, NsServer, Role, Settings};
@@ -211,15 +211,29 @@ fn assert_told_first(timeline: &Timeline, told: Option<&Event>, acquired: &Event
 }
 
 /// Keys on `nodes` (those that answer) whose value holds `token`, as `node: key=value`.
+/// The keys of `nodes` whose value holds `token`, and the nodes that could not be read.
+/// A node that refuses a read is asked again for up to 30 s first: after a heal, a Cluster
+/// node answers `CLUSTERDOWN` for a moment while its view of the cluster settles (seen here
+/// on the old master right after it had synced from the promoted one).
 fn keys_holding(nodes: &[&NsServer], token: &str) -> Vec<String> {
     nodes
         .iter()
-        .flat_map(|n| match n.keys_holding(token) {
-            Ok(found) => found
-                .into_iter()
-                .map(|k| format!("{}: {k}", n.label()))
-                .collect(),
-            Err(e) => vec![format!("{}: unreadable ({e})", n.label())],
+        .flat_map(|n| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                match n.keys_holding(token) {
+                    Ok(found) => {
+                        break found
+                            .into_iter()
+                            .map(|k| format!("{}: {k}", n.label()))
+                            .collect::<Vec<_>>()
+                    }
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(200))
+                    }
+                    Err(e) => break vec![format!("{}: unreadable ({e})", n.label())],
+                }
+            }
         })
         .collect()
 }
