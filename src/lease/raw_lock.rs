@@ -20,7 +20,7 @@ use crate::lease::hold::{HandOff, Hold, LeaseTerms};
 use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Site};
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
-use crate::lease::renewal::Registration;
+use crate::lease::renewal::{LeaseLength, Registration};
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{
@@ -655,7 +655,7 @@ impl RawLock {
                     keys: Arc::clone(keys),
                     token: Arc::clone(&token),
                     state: Arc::clone(&lease_state),
-                    lease,
+                    lease: LeaseLength::of(lease),
                 };
                 match ctx.renewal.register(registration) {
                     Ok(id) => std::num::NonZeroU64::new(id),

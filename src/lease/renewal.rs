@@ -59,7 +59,7 @@ pub(crate) enum Registration {
         token: Arc<str>,
         state: Arc<LeaseState>,
         /// The lease each renewal sets: the client's, or the lock handle's own.
-        lease: Duration,
+        lease: LeaseLength,
     },
     /// A queued waiter's place (its heartbeat).
     Waiter {
@@ -156,9 +156,9 @@ impl RenewalState {
     /// shorter lease, the same share of its length as the interval is of the client's lease.
     fn own_period(&self, registration: &Registration) -> Option<Duration> {
         match registration {
-            Registration::Lease { lease, .. } if *lease < self.lease => {
+            Registration::Lease { lease, .. } if *lease < LeaseLength::of(self.lease) => {
                 let share = self.interval.as_secs_f64() / self.lease.as_secs_f64();
-                Some(lease.mul_f64(share).max(MIN_PERIOD))
+                Some(lease.get().mul_f64(share).max(MIN_PERIOD))
             }
             _ => None,
         }
@@ -585,7 +585,7 @@ impl RenewalThread {
         // One renewal call to the lessor per lease length (most batches have one).
         batch.sort_by_key(|(_, r)| lease_of(r));
         for group in batch.chunk_by(|(_, a), (_, b)| lease_of(a) == lease_of(b)) {
-            self.renew_group(group, lease_of(&group[0].1));
+            self.renew_group(group, lease_of(&group[0].1).get());
         }
     }
 
@@ -677,9 +677,69 @@ impl RenewalThread {
 }
 
 /// The lease a registration's renewals set (none for a waiter's heartbeat).
-fn lease_of(registration: &Registration) -> Duration {
+fn lease_of(registration: &Registration) -> LeaseLength {
     match registration {
         Registration::Lease { lease, .. } => *lease,
-        Registration::Waiter { .. } => Duration::ZERO,
+        Registration::Waiter { .. } => LeaseLength(0),
+    }
+}
+
+/// A lease's length in 32 bits, so that a registration is no larger for carrying one (it
+/// shares a word with the capacity): milliseconds below 2^31 (24.8 days), whole seconds above
+/// (a lease is at most a year). Renewals send milliseconds, so nothing they set is lost. The
+/// order of the bits is the order of the lengths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct LeaseLength(u32);
+
+impl LeaseLength {
+    /// The bit that marks a length in seconds.
+    const SECONDS: u32 = 1 << 31;
+
+    pub(crate) fn of(lease: Duration) -> Self {
+        match u32::try_from(lease.as_millis()) {
+            Ok(ms) if ms < Self::SECONDS => LeaseLength(ms),
+            _ => {
+                let secs = u32::try_from(lease.as_secs()).unwrap_or(u32::MAX);
+                LeaseLength(Self::SECONDS | secs.min(Self::SECONDS - 1))
+            }
+        }
+    }
+
+    pub(crate) fn get(self) -> Duration {
+        match self.0 & Self::SECONDS {
+            0 => Duration::from_millis(u64::from(self.0)),
+            _ => Duration::from_secs(u64::from(self.0 & !Self::SECONDS)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_length_keeps_milliseconds_and_its_order() {
+        let lengths = [
+            Duration::from_millis(1),
+            Duration::from_millis(1500),
+            Duration::from_secs(30),
+            Duration::from_millis(u64::from(LeaseLength::SECONDS) - 1),
+            Duration::from_secs(30 * 24 * 3600),
+            crate::MAX_LEASE,
+        ];
+        for lease in lengths {
+            assert_eq!(LeaseLength::of(lease).get(), lease);
+        }
+        assert_eq!(
+            LeaseLength::of(Duration::from_micros(1_500_700)).get(),
+            Duration::from_millis(1500)
+        );
+        let compact: Vec<_> = lengths.iter().map(|l| LeaseLength::of(*l)).collect();
+        assert!(compact.windows(2).all(|w| w[0] < w[1]));
+        // As small as a registration was before it carried its lease (the heap per held
+        // lock that `benches/scale.rs` measures).
+        if cfg!(target_pointer_width = "64") {
+            assert_eq!(std::mem::size_of::<Registration>(), 72);
+        }
     }
 }
