@@ -7,7 +7,8 @@
 //!    per renewal period, against the bound of one per batch of 1,000 plus one per master.
 //! 3. The same cluster with one replica per master, where every lease write waits for a
 //!    replica's acknowledgement (`WAIT`, the default there): uncontended lock + unlock with
-//!    and without acknowledgements beside the raw loop, and the renewal of 10,000 held locks
+//!    and without acknowledgements beside the raw loop and beside the acknowledged floor (the
+//!    raw loop with `WAIT 1` in the `SET`'s round trip), and the renewal of 10,000 held locks
 //!    with acknowledgements.
 //!
 //! `cargo bench --bench deployments` measures and writes
@@ -21,7 +22,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{crate_scripts_cycle, interleaved_rates, raw_cycle, spread, Cycle, Json};
+use common::{
+    acked_raw_cycle, crate_scripts_cycle, interleaved_rates, raw_cycle, spread, Cycle, Json,
+};
 use redmutex::Client;
 use support::cluster::ClusterDeployment;
 use support::RedisServer;
@@ -106,14 +109,18 @@ fn main() {
         raw_cycle(master.conn(), "{bench-lock}:raw"),
         mutex_cycle(&acked),
         mutex_cycle(&unacked),
+        acked_raw_cycle(master.conn(), "{bench-lock}:raw-acked"),
     ];
     let (mut acked_ratios, mut unacked_ratios, mut acked_rates) =
         (Vec::new(), Vec::new(), Vec::new());
+    let (mut floor_rates, mut floor_ratios) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let rates = interleaved_rates(round_time, &mut variants);
         acked_rates.push(rates[1]);
         acked_ratios.push(rates[1] / rates[0]);
         unacked_ratios.push(rates[2] / rates[0]);
+        floor_rates.push(rates[3]);
+        floor_ratios.push(rates[1] / rates[3]);
     }
     drop(variants);
     acked.shutdown();
@@ -123,9 +130,12 @@ fn main() {
         spread(acked_ratios),
         spread(unacked_ratios),
     );
+    let (floor_rate, floor_ratio) = (spread(floor_rates), spread(floor_ratios));
     println!("cluster of 3 masters and 3 replicas, uncontended, one thread");
     common::print_rate("Mutex, replica acks (default)", acked_rate);
     common::print_ratio("  ratio to raw (same round)", acked_ratio);
+    common::print_rate("raw SET + WAIT 1, EVALSHA CAD", floor_rate);
+    common::print_ratio("  Mutex with acks / this floor", floor_ratio);
     common::print_ratio("Mutex, no_replica_acks: ratio", unacked_ratio);
     let acked_renewal = renew_held(&cluster, held, interval, periods);
     println!("  {held} held locks, every renewal batch acknowledged by a replica");
@@ -145,6 +155,8 @@ fn main() {
         .spread("cluster_acked_mutex_ops_per_sec", acked_rate)
         .spread("cluster_acked_ratio_to_raw", acked_ratio)
         .spread("cluster_unacked_ratio_to_raw", unacked_ratio)
+        .spread("cluster_acked_floor_ops_per_sec", floor_rate)
+        .spread("cluster_acked_ratio_to_floor", floor_ratio)
         .num("acked_renewal_round_trips_per_period", acked_renewal.trips)
         .num("acked_renewal_round_trip_bound", acked_renewal.bound as f64)
         .num("acked_renewal_ms_per_period", acked_renewal.time_ms);

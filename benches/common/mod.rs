@@ -239,6 +239,37 @@ pub fn raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<'stati
     })
 }
 
+/// The floor of an acknowledged lock: `SET key NX PX` and `WAIT 1` in one round trip (the
+/// lock counts once a replica holds it), then the `EVALSHA` compare-and-delete, which waits
+/// for no replica (a release lost in a failover only delays the next holder by the lease).
+pub fn acked_raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<'static> {
+    let release = redis::Script::new(RAW_RELEASE_LUA);
+    let mut seq = 0u64;
+    Box::new(move || {
+        seq += 1;
+        let token = format!("raw-token:{seq}");
+        let (ok, acked): (Option<String>, i64) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .cmd("WAIT")
+            .arg(1)
+            .arg(500)
+            .query(&mut conn)
+            .expect("SET NX PX + WAIT");
+        assert!(ok.is_some() && acked >= 1);
+        let deleted: i64 = release
+            .key(key)
+            .arg(&token)
+            .invoke(&mut conn)
+            .expect("EVALSHA");
+        assert_eq!(deleted, 1);
+    })
+}
+
 /// The same two round trips as a `Mutex`, with the crate's own scripts, on one connection,
 /// over keys tagged `{tag}`: separates what the scripts cost Redis from what the client adds.
 pub fn crate_scripts_cycle(mut conn: redis::Connection, tag: &str) -> Cycle<'static> {
