@@ -136,6 +136,8 @@ fn main() {
     common::print_ratio("  ratio to raw (same round)", acked_ratio);
     common::print_rate("raw SET + WAIT 1, EVALSHA CAD", floor_rate);
     common::print_ratio("  Mutex with acks / this floor", floor_ratio);
+    let unacknowledged = common::UNACKNOWLEDGED.load(std::sync::atomic::Ordering::Relaxed);
+    println!("  floor cycles whose WAIT timed out: {unacknowledged}");
     common::print_ratio("Mutex, no_replica_acks: ratio", unacked_ratio);
     let acked_renewal = renew_held(&cluster, held, interval, periods);
     println!("  {held} held locks, every renewal batch acknowledged by a replica");

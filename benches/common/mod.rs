@@ -230,20 +230,36 @@ pub fn raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<'stati
             .query(&mut conn)
             .expect("SET NX PX");
         assert!(ok.is_some());
-        let deleted: i64 = release
-            .key(key)
-            .arg(&token)
-            .invoke(&mut conn)
-            .expect("EVALSHA");
-        assert_eq!(deleted, 1);
+        release_raw(&release, &mut conn, key, &token);
     })
 }
+
+/// The raw loops' release: the `EVALSHA` compare-and-delete of `token`, which must hold.
+fn release_raw(release: &redis::Script, conn: &mut redis::Connection, key: &str, token: &str) {
+    let deleted: i64 = release.key(key).arg(token).invoke(conn).expect("EVALSHA");
+    assert_eq!(deleted, 1);
+}
+
+/// How many of the floor loop's `WAIT 1` timed out with no replica's acknowledgement.
+pub static UNACKNOWLEDGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The floor of an acknowledged lock: `SET key NX PX` and `WAIT 1` in one round trip (the
 /// lock counts once a replica holds it), then the `EVALSHA` compare-and-delete, which waits
 /// for no replica (a release lost in a failover only delays the next holder by the lease).
 pub fn acked_raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<'static> {
     let release = redis::Script::new(RAW_RELEASE_LUA);
+    // A replica that has just started may not be attached yet: wait for it (a minute at most).
+    let attached = (0..60).any(|_| {
+        redis::cmd("WAIT")
+            .arg(1)
+            .arg(1000)
+            .query::<i64>(&mut conn)
+            .is_ok_and(|n| n >= 1)
+    });
+    assert!(
+        attached,
+        "no replica attached to the master within a minute"
+    );
     let mut seq = 0u64;
     Box::new(move || {
         seq += 1;
@@ -260,13 +276,11 @@ pub fn acked_raw_cycle(mut conn: redis::Connection, key: &'static str) -> Cycle<
             .arg(500)
             .query(&mut conn)
             .expect("SET NX PX + WAIT");
-        assert!(ok.is_some() && acked >= 1);
-        let deleted: i64 = release
-            .key(key)
-            .arg(&token)
-            .invoke(&mut conn)
-            .expect("EVALSHA");
-        assert_eq!(deleted, 1);
+        assert!(ok.is_some(), "SET NX found {key} held");
+        if acked < 1 {
+            UNACKNOWLEDGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        release_raw(&release, &mut conn, key, &token);
     })
 }
 

@@ -54,8 +54,9 @@ crate::lease::scripts::listed! {
 /// leader holds it with a lease that the client's renewal thread renews, its term is the
 /// hold's fencing token, and a leader that dies is replaced when its lease runs out (the
 /// client's [default lease](crate::Builder::default_lease), or the election's own:
-/// [`with_lease`](Election::with_lease), a shorter one for a faster failover). A leader that resigns, or drops its `Leadership`, hands over at once: the
-/// release names a waiting candidate.
+/// [`with_lease`](Election::with_lease), a shorter one for a faster failover). A leader that
+/// resigns, or drops its `Leadership`, hands over at once: the release names a waiting
+/// candidate.
 ///
 /// # Examples
 ///
