@@ -88,6 +88,8 @@ struct Mode {
     idle_threads: usize,
     /// How long that case is measured: two re-check periods of the default settings.
     idle_processes_hold: Duration,
+    /// Processes of one waiting thread each, in the idle case of many processes.
+    idle_many_processes: usize,
     /// Processes x threads of the runs beside redis-py.
     peer_shapes: [(usize, usize); 2],
     /// How long each of those runs is measured.
@@ -123,6 +125,7 @@ fn mode_defaults() -> Mode {
             idle_processes: 10,
             idle_threads: 10,
             idle_processes_hold: Duration::from_secs(21),
+            idle_many_processes: 64,
             peer_shapes: [(4, 2), (4, 1)],
             peer_run: Duration::from_secs(4),
             measuring: true,
@@ -138,6 +141,7 @@ fn mode_defaults() -> Mode {
             idle_processes: 2,
             idle_threads: 2,
             idle_processes_hold: Duration::from_millis(500),
+            idle_many_processes: 4,
             peer_shapes: [(2, 2), (2, 1)],
             peer_run: Duration::from_millis(300),
             measuring: false,
@@ -712,17 +716,21 @@ fn idle_worker(args: &[String]) {
     }
 }
 
-/// `mode.idle_processes` processes of `mode.idle_threads` threads wait for a held `Mutex`.
-fn idle_processes(server: &RedisServer, mode: &Mode) -> IdleCost {
+/// `processes` processes of `threads` threads wait for a held `Mutex` for `hold`.
+fn idle_processes(
+    server: &RedisServer,
+    (processes, threads): (usize, usize),
+    hold: Duration,
+) -> IdleCost {
     let holder = Client::open(server.url()).expect("client");
     let guard = holder.mutex("idle").lock().expect("hold");
     let exe = std::env::current_exe().expect("bench binary");
-    let mut children: Vec<_> = (0..mode.idle_processes)
+    let mut children: Vec<_> = (0..processes)
         .map(|_| {
             Command::new(&exe)
                 .arg("idle-worker")
                 .arg(server.url())
-                .arg(mode.idle_threads.to_string())
+                .arg(threads.to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn idle worker")
@@ -736,7 +744,7 @@ fn idle_processes(server: &RedisServer, mode: &Mode) -> IdleCost {
         std::thread::spawn(move || lines.for_each(drop));
     }
     std::thread::sleep(Duration::from_millis(200));
-    let cost = idle_cost(server, mode.idle_processes_hold);
+    let cost = idle_cost(server, hold);
     drop(guard);
     for mut child in children {
         assert!(
@@ -956,7 +964,20 @@ fn idle_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Strin
                 "{} processes x {} threads, Mutex",
                 mode.idle_processes, mode.idle_threads
             ),
-            idle_processes(server, mode),
+            idle_processes(
+                server,
+                (mode.idle_processes, mode.idle_threads),
+                mode.idle_processes_hold,
+            ),
+        ),
+        (
+            "idle_many_processes",
+            format!("{} processes x 1 thread, Mutex", mode.idle_many_processes),
+            idle_processes(
+                server,
+                (mode.idle_many_processes, 1),
+                mode.idle_processes_hold,
+            ),
         ),
     ];
     println!("idle waiters on a held lock (Redis commands/s, script internals included; script calls/s):");
