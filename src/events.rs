@@ -164,7 +164,8 @@ pub trait EventHandler: Send + Sync + 'static {
     fn timed_out(&self, _event: &TimedOut<'_>) {}
     /// An acquire failed.
     fn failed(&self, _event: &Failed<'_>) {}
-    /// A lease was lost.
+    /// A lease was lost. Told once per lease, after its holder's
+    /// [`LeaseWatch`](crate::LeaseWatch) was woken: the holder learns of a loss first.
     fn lease_lost(&self, _event: &LeaseLost<'_>) {}
     /// The renewal thread finished a round.
     fn renewed(&self, _event: &Renewed) {}

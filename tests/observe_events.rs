@@ -220,6 +220,12 @@ fn a_redlock_emits_the_events_and_stats_of_a_client() {
     }
     assert!(g.lease_watch().wait_timeout(LIMIT));
     assert_eq!(g.unlock().unwrap_err().kind(), ErrorKind::LockLost);
+    // The holder is woken first; the renewal thread tells the handlers right after.
+    assert!(
+        eventually(LIMIT, || recorder.count("lease_lost Mutex taken") >= 1),
+        "{:?}",
+        recorder.lines()
+    );
     assert_eq!(
         recorder.count("lease_lost Mutex taken"),
         1,
