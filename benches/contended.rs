@@ -9,7 +9,10 @@
 //!    a raw PING round trip measured in the same run.
 //! 2. Idle waiters: Redis commands per second (script internals included) and script calls
 //!    per second while waiters wait for a held lock: 100 threads of one process on a `Mutex`,
-//!    the same on a `FairMutex`, and 10 processes x 10 threads on a `Mutex`.
+//!    the same on a `FairMutex`, 10 processes x 10 threads and 64 processes x 1 thread on a
+//!    `Mutex`. Counted in the steady state: from a re-check period (10 s) after the waiters
+//!    began, when each has re-checked once and knows how far back it waits, over 12 s for one
+//!    process and 80 s (the longest re-check period, 8 of them) for many.
 //! 3. Beside redis-py: N processes x T threads take one lock in a loop with an empty critical
 //!    section (4 x 2, then 4 x 1), with a `Mutex`, a `FairMutex` and redis-py's `Lock` on its
 //!    defaults (blocking `acquire`, polling every 0.1 s), interleaved within each round. Reports
@@ -88,6 +91,8 @@ struct Mode {
     idle_threads: usize,
     /// How long that case is measured: two re-check periods of the default settings.
     idle_processes_hold: Duration,
+    /// How long waiters wait before the count starts (past their first re-check).
+    idle_settle: Duration,
     /// Processes of one waiting thread each, in the idle case of many processes.
     idle_many_processes: usize,
     /// Processes x threads of the runs beside redis-py.
@@ -124,7 +129,8 @@ fn mode_defaults() -> Mode {
             idle_hold: Duration::from_secs(12),
             idle_processes: 10,
             idle_threads: 10,
-            idle_processes_hold: Duration::from_secs(21),
+            idle_processes_hold: Duration::from_secs(80),
+            idle_settle: Duration::from_secs(11),
             idle_many_processes: 64,
             peer_shapes: [(4, 2), (4, 1)],
             peer_run: Duration::from_secs(4),
@@ -141,6 +147,7 @@ fn mode_defaults() -> Mode {
             idle_processes: 2,
             idle_threads: 2,
             idle_processes_hold: Duration::from_millis(500),
+            idle_settle: Duration::ZERO,
             idle_many_processes: 4,
             peer_shapes: [(2, 2), (2, 1)],
             peer_run: Duration::from_millis(300),
@@ -687,7 +694,7 @@ fn idle_waiters(server: &RedisServer, mode: &Mode, fair: bool) -> IdleCost {
     {
         std::thread::sleep(Duration::from_millis(10));
     }
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(200) + mode.idle_settle);
     let cost = idle_cost(server, mode.idle_hold);
     drop(guard);
     for w in waiters {
@@ -716,11 +723,12 @@ fn idle_worker(args: &[String]) {
     }
 }
 
-/// `processes` processes of `threads` threads wait for a held `Mutex` for `hold`.
+/// `processes` processes of `threads` threads wait for a held `Mutex`, counted over `hold`
+/// from `settle` after they all began.
 fn idle_processes(
     server: &RedisServer,
     (processes, threads): (usize, usize),
-    hold: Duration,
+    (settle, hold): (Duration, Duration),
 ) -> IdleCost {
     let holder = Client::open(server.url()).expect("client");
     let guard = holder.mutex("idle").lock().expect("hold");
@@ -743,7 +751,7 @@ fn idle_processes(
         assert!(waiting, "an idle worker ended early");
         std::thread::spawn(move || lines.for_each(drop));
     }
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(Duration::from_millis(200) + settle);
     let cost = idle_cost(server, hold);
     drop(guard);
     for mut child in children {
@@ -967,7 +975,7 @@ fn idle_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Strin
             idle_processes(
                 server,
                 (mode.idle_processes, mode.idle_threads),
-                mode.idle_processes_hold,
+                (mode.idle_settle, mode.idle_processes_hold),
             ),
         ),
         (
@@ -976,7 +984,7 @@ fn idle_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Strin
             idle_processes(
                 server,
                 (mode.idle_many_processes, 1),
-                mode.idle_processes_hold,
+                (mode.idle_settle, mode.idle_processes_hold),
             ),
         ),
     ];

@@ -1,6 +1,7 @@
 //! Mutex hand-offs: a release names the client that has waited longest, and only that
 //! client's leading waiter attempts; a client whose threads keep waiting keeps its place; a
-//! client that gave up or died does not hold the others up for longer than a re-check. Within
+//! client that gave up or died does not hold the others up for longer than the re-check of the
+//! next in line. Within
 //! one client, the lock is passed from thread to thread (at most a round trip each, a new
 //! fencing token each), a bounded run at a time while other clients wait.
 
@@ -208,7 +209,7 @@ fn a_client_whose_waiter_gave_up_leaves_the_waiting_clients() {
 }
 
 #[test]
-fn a_named_client_that_died_holds_the_others_up_one_recheck_at_most() {
+fn a_named_client_that_died_holds_the_next_up_for_its_recheck_only() {
     if let Some((role, url, _)) = support::worker_role() {
         if role == "wait-forever" {
             let client = Client::open(url).unwrap();
@@ -221,7 +222,7 @@ fn a_named_client_that_died_holds_the_others_up_one_recheck_at_most() {
     let holder = client(&server);
     let g = holder.mutex("dead").lock().unwrap();
     let mut doomed = support::spawn_worker(
-        "a_named_client_that_died_holds_the_others_up_one_recheck_at_most",
+        "a_named_client_that_died_holds_the_next_up_for_its_recheck_only",
         "wait-forever",
         &server.url(),
         "",
@@ -240,8 +241,8 @@ fn a_named_client_that_died_holds_the_others_up_one_recheck_at_most() {
     doomed.kill().unwrap();
     doomed.wait().unwrap();
     g.unlock().unwrap();
-    // The survivor takes the lock at its next re-check, long before the holder's 30 s lease
-    // would have passed.
+    // The survivor takes the lock at its next re-check (every 2 s: one client ahead of it),
+    // long before the holder's 30 s lease would have passed.
     let started = std::time::Instant::now();
     t.join().unwrap();
     assert_eq!(*order.lock().unwrap(), ["survivor"]);

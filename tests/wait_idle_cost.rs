@@ -157,3 +157,57 @@ fn ten_processes_of_ten_idle_waiters_cost_under_ten_commands_a_second() {
         released.elapsed()
     );
 }
+
+/// Waiting clients far back in line re-check the less often: 16 clients waiting for a held
+/// `Mutex` (a re-check period of 1 s) send a fraction of the 16 re-checks a second they
+/// would send if each re-checked every period; and the first in line still takes the lock
+/// when its holder dies without a release, the rest in turn.
+#[test]
+fn many_waiting_clients_recheck_the_less_often_the_further_back_they_wait() {
+    let server = RedisServer::start();
+    let settings = || {
+        Client::builder()
+            .default_lease(Duration::from_secs(3))
+            .renewal_interval(Duration::from_secs(1))
+    };
+    let holder = settings().open(server.url()).unwrap();
+    let g = holder.mutex("far-back").lock().unwrap();
+    let clients: Vec<Client> = (0..16)
+        .map(|_| settings().open(server.url()).unwrap())
+        .collect();
+    let waiters: Vec<_> = clients
+        .iter()
+        .map(|c| {
+            let c = c.clone();
+            std::thread::spawn(move || c.mutex("far-back").lock().map(|g| g.fencing_token()))
+        })
+        .collect();
+    assert!(eventually(LIMIT, || clients
+        .iter()
+        .all(|c| c.stats().contended == 1)));
+    // Past every waiter's first re-check, which tells it how far back it waits.
+    std::thread::sleep(Duration::from_secs(2));
+    let attempts = || clients.iter().map(|c| c.stats().attempts).sum::<u64>();
+    let (before, at) = (attempts(), Instant::now());
+    std::thread::sleep(Duration::from_secs(8));
+    let rechecks = attempts() - before;
+    let seconds = at.elapsed().as_secs_f64();
+    println!("16 waiting clients: {rechecks} re-checks in {seconds:.1} s");
+    // Each re-checking every period: 16 a second, 128 in 8 s. Spread by their place in line
+    // (1, 1/2, ... 1/7 of a period, then 1/8): under 4 a second.
+    assert!(
+        (rechecks as f64) < 8.0 * seconds,
+        "{rechecks} re-checks in {seconds:.1} s from 16 waiting clients"
+    );
+    // The holder dies: no release announces it; the first in line re-checks at the end of
+    // the lease, takes the lock, and each release names the next.
+    std::mem::forget(g);
+    drop(holder);
+    let mut tokens: Vec<u64> = waiters
+        .into_iter()
+        .map(|w| within(LIMIT, move || w.join().unwrap()).unwrap())
+        .collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 16, "every waiting client got the lock once");
+}

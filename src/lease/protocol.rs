@@ -98,6 +98,9 @@ pub(crate) struct AcquireCall<'a> {
     /// may have named the client; if someone else took the lock meanwhile, the client is owed
     /// the next turn).
     pub(crate) overdue: bool,
+    /// Contend style: the attempt is a re-check after a wait in which no announcement came
+    /// (a failed one tells how many waiting clients are named before the caller's).
+    pub(crate) recheck: bool,
 }
 
 impl AcquireCall<'_> {

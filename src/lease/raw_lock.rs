@@ -591,6 +591,7 @@ impl RawLock {
             more: turn.more,
             after: turn.after,
             overdue: turn.overdue,
+            recheck: turn.recheck,
         };
         let attempting = Attempting {
             protocol: self.protocol,

@@ -23,6 +23,9 @@ pub(crate) struct AcquireReply {
     /// A failed attempt's place among the waiting, made while the caller's own client held
     /// the lock: its score, which the caller's own release gives up (`mutex/take.lua`).
     pub(crate) own_place: Option<u64>,
+    /// A failed re-check's count of the waiting clients that a release names before the
+    /// caller's (`mutex/take.lua`).
+    pub(crate) ahead: Option<u32>,
 }
 
 impl AcquireReply {
@@ -35,6 +38,7 @@ impl AcquireReply {
             payload_version: (0, 0),
             server_ms: None,
             own_place: None,
+            ahead: None,
         }
     }
 
@@ -47,6 +51,7 @@ impl AcquireReply {
             payload_version: (0, 0),
             server_ms: None,
             own_place: None,
+            ahead: None,
         }
     }
 }
@@ -77,6 +82,10 @@ impl FromRedisValue for AcquireReply {
             Some(Value::Int(score)) => u64::try_from(score).ok(),
             _ => None,
         };
+        let ahead = match items.next() {
+            Some(Value::Int(n)) => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+            _ => None,
+        };
         Ok(AcquireReply {
             taken: i64::from_redis_value(taken)?,
             value: i64::from_redis_value(value)?,
@@ -84,6 +93,7 @@ impl FromRedisValue for AcquireReply {
             payload_version,
             server_ms,
             own_place,
+            ahead,
         })
     }
 }

@@ -136,13 +136,15 @@ impl Single {
                 value: wait_ms,
                 server_ms,
                 own_place,
+                ahead,
                 ..
             } => Ok(Attempted::Held {
                 wait: Duration::from_millis(wait_ms.unsigned_abs()),
                 // A negative time: the holder does not announce its release.
-                release: match wait_ms < 0 {
-                    true => Release::Unannounced,
-                    false => Release::Announced,
+                release: match (wait_ms < 0, ahead) {
+                    (true, _) => Release::Unannounced,
+                    (false, None) => Release::Announced,
+                    (false, Some(ahead)) => Release::Behind(ahead),
                 },
                 contact: server_ms.map(|server_ms| Contact { sent_at, server_ms }),
                 own_place,

@@ -160,8 +160,8 @@ pub(crate) fn taking_locks(body: &str) -> Script {
 }
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
-/// (token, lease, whether the caller and more threads of its client wait, and whether it
-/// has waited long) of a `Mutex`'s acquire, for the scripts built with [`taking_locks`]; a
+/// (token, lease, whether the caller and more threads of its client wait, whether it has
+/// waited long, and whether it re-checks after a silent wait) of a `Mutex`'s acquire, for the scripts built with [`taking_locks`]; a
 /// script that needs more adds its keys after these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
@@ -171,14 +171,26 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         .key(&keys.waiting)
         .arg(call.token)
         .arg(call.lease_ms())
-        .arg(match (call.queue, call.more, call.after, call.overdue) {
-            (false, ..) => "",
-            (true, _, true, _) => "after",
-            (true, false, false, false) => "wait",
-            (true, true, false, false) => "more",
-            (true, false, false, true) => "wait overdue",
-            (true, true, false, true) => "more overdue",
-        })
+        .arg(
+            match (
+                call.queue,
+                call.after,
+                call.more,
+                call.overdue,
+                call.recheck,
+            ) {
+                (false, ..) => "",
+                (true, true, ..) => "after",
+                (true, false, false, false, false) => "wait",
+                (true, false, true, false, false) => "more",
+                (true, false, false, true, false) => "wait overdue",
+                (true, false, true, true, false) => "more overdue",
+                (true, false, false, false, true) => "wait recheck",
+                (true, false, true, false, true) => "more recheck",
+                (true, false, false, true, true) => "wait overdue recheck",
+                (true, false, true, true, true) => "more overdue recheck",
+            },
+        )
 }
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.

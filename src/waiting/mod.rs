@@ -49,6 +49,11 @@ pub(crate) enum Release {
     /// A redmutex client holds the lock: its release is announced, and a waiter re-checks
     /// only in case an announcement went astray.
     Announced,
+    /// As `Announced`, to the waiting clients in turn, and a re-check found this many named
+    /// before the waiter's client: it re-checks the less often the further back it is, so
+    /// that many waiting processes cost Redis about what the first few do (see
+    /// [`Pause::wait`]).
+    Behind(u32),
     /// Something else holds it (redis-py's `Lock` on a bare key, a hand-written `SET NX
     /// PX`): nothing will announce its release, so a waiter re-checks with the backoff.
     Unannounced,
@@ -67,6 +72,8 @@ pub(crate) struct Turn {
     /// if a release named the client and someone else took the lock meanwhile, the client is
     /// owed the next turn, which the next release hands to it.
     pub(crate) overdue: bool,
+    /// The attempt is a re-check: no announcement came during the wait before it.
+    pub(crate) recheck: bool,
 }
 
 /// How long a client's leading waiter waits before its client is owed a turn that a named
@@ -215,6 +222,7 @@ pub(crate) fn contend<W>(
     // Since when this thread has waited in Redis for its client.
     let led_at = Instant::now();
     let mut waited = false;
+    let mut silent = false;
     loop {
         if let Some(passed) = pass.take_passed() {
             let won = took_over(&pass, &mut pause, named, take_over(passed));
@@ -230,6 +238,7 @@ pub(crate) fn contend<W>(
                     // the clients it gave it to.
                     after: named && std::mem::replace(&mut yielded, false),
                     overdue: waited && led_at.elapsed() >= OVERDUE,
+                    recheck: std::mem::replace(&mut silent, false),
                 };
                 match attempt(turn) {
                     Ok(Attempt::Acquired(won)) => {
@@ -248,6 +257,7 @@ pub(crate) fn contend<W>(
             return wait.finish(end);
         }
         waited = named;
+        silent = named && pause.seen() == seen;
     }
 }
 

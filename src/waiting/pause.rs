@@ -9,6 +9,13 @@ use super::subscriber::Subscription;
 use super::Release;
 use crate::config::Config;
 
+/// At most how many re-check periods a waiter far back among the waiting clients waits in
+/// silence (see [`Pause::wait`]). The client first in line re-checks every period and so
+/// keeps the lock's waiting clients alive (their record lives a lease past the holder's from
+/// each attempt); this bounds how long a waiter further back can miss a free lock whose
+/// announcement went astray when the clients ahead of it are gone too.
+const MOST_PERIODS_BEHIND: u32 = 8;
+
 pub(crate) struct Pause {
     subscription: Option<Subscription>,
     backoff: Backoff,
@@ -89,6 +96,12 @@ impl Pause {
     /// announced, else for the next backoff delay (the holder is not a redmutex client, or
     /// announcements do not reach this waiter). Returns `false` without waiting when
     /// `deadline` has passed.
+    ///
+    /// A waiter whose client has `n` waiting clients named before it
+    /// ([`Release::Behind`]) waits `n + 1` periods (at most [`MOST_PERIODS_BEHIND`]), past
+    /// the holder's lease: a release announces its turn, the client first in line re-checks
+    /// every period and at the end of the lease, and takes a lock whose holder died; the
+    /// re-checks of `k` waiting processes add up to about `ln k` of one.
     pub(crate) fn wait(
         &mut self,
         seen: u64,
@@ -100,12 +113,15 @@ impl Pause {
         if deadline.is_some_and(|d| now >= d) {
             return false;
         }
-        let step = if self.is_live() && release == Release::Announced {
-            self.recheck
-        } else {
-            self.backoff.next_delay()
+        let hint = hint.max(Duration::from_millis(1));
+        let mut delay = match release {
+            _ if !self.is_live() => self.backoff.next_delay().min(hint),
+            Release::Unannounced => self.backoff.next_delay().min(hint),
+            Release::Announced | Release::Behind(0) => self.recheck.min(hint),
+            Release::Behind(ahead) => self
+                .recheck
+                .saturating_mul(ahead.saturating_add(1).min(MOST_PERIODS_BEHIND)),
         };
-        let mut delay = step.min(hint.max(Duration::from_millis(1)));
         if let Some(deadline) = deadline {
             delay = delay.min(deadline - now);
         }

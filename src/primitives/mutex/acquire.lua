@@ -3,14 +3,17 @@
 -- KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiting clients.
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds; ARGV[3]: what the caller does if
 -- the lock is held: '' gives up, 'wait' waits, 'more' waits and other threads of its client
--- wait too (the client stays among the waiting when it takes the lock).
+-- wait too (the client stays among the waiting when it takes the lock); either with
+-- ' recheck' after it when the caller re-checks after a silent wait (see take.lua).
 -- Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the same
 -- attempt sent again after its reply was lost), `{0, remaining_ttl_ms}` when held by someone
 -- else (`{0, -remaining_ttl_ms}` when the holder is not a redmutex client, whose release
 -- nobody announces); then a caller that waits has its client added to the waiting clients
 -- (for a lease past the holder's), so that a release names it in its turn. When the holder
 -- is of the caller's own client, `{0, remaining_ttl_ms, nil, nil, score}`: the score of the
--- place it was given (see take.lua).
+-- place it was given (see take.lua). A re-check that finds the lock held gets
+-- `{0, remaining_ttl_ms, nil, nil, score or nil, ahead}`: how many waiting clients a release
+-- names before the caller's.
 -- Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 -- expiry, or the counter is not an integer; with Redis's own error (and changes nothing) when
 -- Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as held when

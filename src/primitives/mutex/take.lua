@@ -6,7 +6,9 @@
 -- behind every client that began to wait before this hold); either with ' overdue' after it
 -- ('wait overdue', 'more overdue'): the attempt follows a long wait of the client's, so a
 -- client no longer among the waiting was named by a release (waiters.lua), and if the lock was
--- taken meanwhile it is owed the next turn.
+-- taken meanwhile it is owed the next turn. Either may end with ' recheck' ('wait recheck',
+-- 'more overdue recheck'): the attempt is a waiter's re-check after a silent wait, and a
+-- failed one also tells how many waiting clients a release names before the caller's.
 -- A lock that holds the caller's client's turn (waiters.lua) is the caller's to take.
 -- A key of the wrong type where the lock should be is an error that leaves nothing behind: a
 -- fencing counter that only attempts without a script counted is deleted with it.
@@ -20,9 +22,17 @@ local YIELD_WAIT_MS = 5
 
 local function take_lock(lock, fence, waiting, token, lease, waits)
   local client = string.match(token, '^[^:]+')
-  local overdue = string.sub(waits, -8) == ' overdue'
-  if overdue then
-    waits = string.sub(waits, 1, -9)
+  -- The suffixes, on the longer forms only ('', 'wait', 'more' and 'after' have none).
+  local recheck, overdue = false, false
+  if #waits > 5 then
+    recheck = string.sub(waits, -8) == ' recheck'
+    if recheck then
+      waits = string.sub(waits, 1, -9)
+    end
+    overdue = string.sub(waits, -8) == ' overdue'
+    if overdue then
+      waits = string.sub(waits, 1, -9)
+    end
   end
   if waits == 'after' then
     -- The client just gave the lock up to the clients waiting for it: while it stands free
@@ -129,6 +139,13 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     -- `SET NX PX`): nobody will announce its release. The time left goes back negative,
     -- which tells the waiter to re-check with its backoff.
     return {0, -ttl}
+  end
+  if recheck and waits ~= '' then
+    -- How many clients a release names before this one (ZRANK: the order of ZPOPMIN); the
+    -- waiter re-checks the less often the further back it is. Not among them (named, or its
+    -- place gone): 0, so that it re-checks soon.
+    local ahead = redis.pcall('ZRANK', waiting, client)
+    return {0, ttl, false, false, placed or false, type(ahead) == 'number' and ahead or 0}
   end
   if placed then
     return {0, ttl, false, false, placed}
