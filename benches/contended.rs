@@ -21,9 +21,14 @@
 //!    trip), Jain's fairness index over the threads, and the share of hand-offs whose next
 //!    holder runs in the same process as the previous one.
 //!
+//! 4. Contention as it grows: 1, 2, 4, 8 and 16 processes x 4 threads take one `Mutex` in a
+//!    loop with an empty critical section, beside 4 x 2 in the same rounds (interleaved).
+//!    Reports hand-offs per second, the wait of each acquire (p50/p99/p99.9), Jain's index over
+//!    the threads and over the processes, and the ratio of 16 x 4 to 4 x 2 within each round.
+//!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
-//! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle` and `peers`) runs only those
+//! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle`, `peers` and `growth`) runs only those
 //! sections; their figures then replace their own keys in an existing `contended.json`, and
 //! the others are kept.
 
@@ -97,6 +102,11 @@ struct Mode {
     idle_many_processes: usize,
     /// Processes x threads of the runs beside redis-py.
     peer_shapes: [(usize, usize); 2],
+    /// The numbers of processes of the growth section, their threads each, and the shape it
+    /// is compared with.
+    growth_processes: &'static [usize],
+    growth_threads: usize,
+    growth_reference: (usize, usize),
     /// How long each of those runs is measured.
     peer_run: Duration,
     measuring: bool,
@@ -133,6 +143,9 @@ fn mode_defaults() -> Mode {
             idle_settle: Duration::from_secs(11),
             idle_many_processes: 64,
             peer_shapes: [(4, 2), (4, 1)],
+            growth_processes: &[1, 2, 4, 8, 16],
+            growth_threads: 4,
+            growth_reference: (4, 2),
             peer_run: Duration::from_secs(4),
             measuring: true,
         }
@@ -150,6 +163,9 @@ fn mode_defaults() -> Mode {
             idle_settle: Duration::ZERO,
             idle_many_processes: 4,
             peer_shapes: [(2, 2), (2, 1)],
+            growth_processes: &[1, 2],
+            growth_threads: 2,
+            growth_reference: (2, 1),
             peer_run: Duration::from_millis(300),
             measuring: false,
         }
@@ -507,6 +523,8 @@ struct HandoffResult {
     /// Reads Redis made from client sockets (one per round trip), per acquisition.
     reads_per_acquisition: f64,
     jain: f64,
+    /// Jain's index over the processes (acquisitions per process).
+    jain_processes: f64,
     acquisitions: usize,
     /// Acquire attempts that did not take the lock, per acquisition.
     failed_attempts_per_acquisition: f64,
@@ -614,13 +632,16 @@ fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) ->
     let mut waits: Vec<u64> = events.iter().map(|e| e.2.saturating_sub(e.1)).collect();
     waits.sort_unstable();
     let mut per_thread = std::collections::BTreeMap::<usize, f64>::new();
+    let mut per_process = std::collections::BTreeMap::<usize, f64>::new();
     for e in &events {
         *per_thread.entry(e.0).or_default() += 1.0;
+        *per_process.entry(e.0 / 1000).or_default() += 1.0;
     }
-    // Threads that never took the lock count as zeroes.
+    // Threads (processes) that never took the lock count as zeroes.
     let n = (load.processes * load.threads) as f64;
     let sum: f64 = per_thread.values().sum();
     let sum_sq: f64 = per_thread.values().map(|x| x * x).sum();
+    let process_sum_sq: f64 = per_process.values().map(|x| x * x).sum();
     let per_acquisition = |count: u64| count as f64 / events.len().max(1) as f64;
     HandoffResult {
         handoffs_per_sec: events.len() as f64 / elapsed.as_secs_f64(),
@@ -634,6 +655,11 @@ fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) ->
         reads_per_acquisition: per_acquisition(reads),
         jain: if sum_sq > 0.0 {
             sum * sum / (n * sum_sq)
+        } else {
+            0.0
+        },
+        jain_processes: if process_sum_sq > 0.0 {
+            sum * sum / (load.processes as f64 * process_sum_sq)
         } else {
             0.0
         },
@@ -773,11 +799,12 @@ struct Sections {
     handoff: bool,
     idle: bool,
     peers: bool,
+    growth: bool,
 }
 
 impl Sections {
     fn all(&self) -> bool {
-        self.handoff && self.idle && self.peers
+        self.handoff && self.idle && self.peers && self.growth
     }
 }
 
@@ -787,6 +814,7 @@ fn sections() -> Sections {
             handoff: true,
             idle: true,
             peers: true,
+            growth: true,
         };
     };
     let names: Vec<&str> = list
@@ -796,14 +824,15 @@ fn sections() -> Sections {
         .collect();
     for name in &names {
         assert!(
-            ["handoff", "idle", "peers"].contains(name),
-            "BENCH_SECTIONS: unknown section {name:?} (handoff, idle, peers)"
+            ["handoff", "idle", "peers", "growth"].contains(name),
+            "BENCH_SECTIONS: unknown section {name:?} (handoff, idle, peers, growth)"
         );
     }
     Sections {
         handoff: names.contains(&"handoff"),
         idle: names.contains(&"idle"),
         peers: names.contains(&"peers"),
+        growth: names.contains(&"growth"),
     }
 }
 
@@ -1005,6 +1034,94 @@ fn idle_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Strin
     }
 }
 
+/// Section 4: `Mutex` hand-offs as the processes grow (`mode.growth_processes` x
+/// `mode.growth_threads`), beside `mode.growth_reference`, every shape once in each round (in
+/// an order that turns round by round), an empty critical section.
+fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
+    let threads = mode.growth_threads;
+    let mut shapes: Vec<(usize, usize)> = vec![mode.growth_reference];
+    shapes.extend(mode.growth_processes.iter().map(|&p| (p, threads)));
+    println!(
+        "contention as it grows: Mutex, empty critical section, {} rounds of {:?}, shapes \
+         interleaved; beside {} x {}",
+        mode.rounds, mode.peer_run, mode.growth_reference.0, mode.growth_reference.1
+    );
+    let mut results: Vec<Vec<HandoffResult>> = shapes.iter().map(|_| Vec::new()).collect();
+    for round in 0..mode.rounds {
+        for i in 0..shapes.len() {
+            let at = (i + round) % shapes.len();
+            let (processes, threads) = shapes[at];
+            let load = Workload {
+                name: "growth",
+                hold: Duration::ZERO,
+                processes,
+                threads,
+                run: mode.peer_run,
+            };
+            results[at].push(handoff_round(server, &load, Contender::Mutex));
+        }
+    }
+    let pick = |s: usize, f: fn(&HandoffResult) -> f64| median(results[s].iter().map(f).collect());
+    println!(
+        "  {:<10}{:>24}{:>18}{:>12}{:>12}{:>12}",
+        "shape", "hand-offs/s", "wait p50/p99 ms", "p99.9 ms", "Jain thr.", "Jain proc."
+    );
+    let mut rows = Vec::new();
+    for (s, &(processes, threads)) in shapes.iter().enumerate() {
+        let rate = pick(s, |r| r.handoffs_per_sec);
+        let (p50, p99, p999) = (
+            pick(s, |r| r.wait_p50_us).0 / 1e3,
+            pick(s, |r| r.wait_p99_us).0 / 1e3,
+            pick(s, |r| r.wait_p999_us).0 / 1e3,
+        );
+        let (jain, jain_processes) = (pick(s, |r| r.jain).0, pick(s, |r| r.jain_processes).0);
+        println!(
+            "  {:<10}{:>24}{:>18}{:>12.2}{:>12.4}{:>12.4}",
+            format!("{processes} x {threads}"),
+            format!("{:.0} [{:.0}..{:.0}]", rate.0, rate.1, rate.2),
+            format!("{p50:.2} / {p99:.2}"),
+            p999,
+            jain,
+            jain_processes
+        );
+        rows.push(format!(
+            "{{\"processes\": {processes}, \"threads\": {threads}, \
+             \"handoffs_per_sec\": {:.1}, \"handoffs_per_sec_min\": {:.1}, \
+             \"handoffs_per_sec_max\": {:.1}, \"wait_p50_ms\": {p50:.3}, \
+             \"wait_p99_ms\": {p99:.3}, \"wait_p999_ms\": {p999:.3}, \"jain_index\": {jain:.5}, \
+             \"jain_processes\": {jain_processes:.5}}}",
+            rate.0, rate.1, rate.2
+        ));
+    }
+    // The largest shape against the reference, within each round.
+    let last = shapes.len() - 1;
+    let ratio = median(
+        results[last]
+            .iter()
+            .zip(&results[0])
+            .map(|(big, reference)| {
+                big.handoffs_per_sec / reference.handoffs_per_sec.max(f64::MIN_POSITIVE)
+            })
+            .collect(),
+    );
+    println!(
+        "  {} x {} / {} x {} hand-offs/s: {:.3} [{:.3} .. {:.3}]",
+        shapes[last].0, shapes[last].1, shapes[0].0, shapes[0].1, ratio.0, ratio.1, ratio.2
+    );
+    json.push((
+        "growth".to_owned(),
+        format!(
+            "{{\n    \"reference\": {},\n    \"by_processes\": [\n      {}\n    ],\n    \
+             \"largest_to_reference\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}}\n  }}",
+            rows[0],
+            rows[1..].join(",\n      "),
+            ratio.0,
+            ratio.1,
+            ratio.2
+        ),
+    ));
+}
+
 /// Section 3: an empty critical section taken in a loop by `Mutex`, `FairMutex` and
 /// redis-py's `Lock`, interleaved within each round, for each shape of `mode.peer_shapes`.
 fn peers_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
@@ -1165,6 +1282,9 @@ fn main() {
     }
     if sections.peers {
         peers_section(&server, &mode, &mut json);
+    }
+    if sections.growth {
+        growth_section(&server, &mode, &mut json);
     }
     if mode.measuring {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");

@@ -72,7 +72,8 @@ pub(crate) struct Turn {
     /// if a release named the client and someone else took the lock meanwhile, the client is
     /// owed the next turn, which the next release hands to it.
     pub(crate) overdue: bool,
-    /// The attempt is a re-check: no announcement came during the wait before it.
+    /// The attempt is a re-check: no announcement came during the wait before it, a whole
+    /// re-check period or more.
     pub(crate) recheck: bool,
 }
 
@@ -257,7 +258,9 @@ pub(crate) fn contend<W>(
             return wait.finish(end);
         }
         waited = named;
-        silent = named && pause.seen() == seen;
+        // A whole re-check period in silence (not a short wait the attempt asked for, as a
+        // client that gave the lock up does): the next attempt is a re-check.
+        silent = named && pause.waited_whole_period() && pause.seen() == seen;
     }
 }
 
