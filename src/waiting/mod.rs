@@ -73,7 +73,8 @@ pub(crate) struct Turn {
     /// owed the next turn, which the next release hands to it.
     pub(crate) overdue: bool,
     /// The attempt is a re-check: no announcement came during the wait before it, a whole
-    /// re-check period or more.
+    /// re-check period or more (not a short wait an attempt asked for, as a client that gave
+    /// the lock up does).
     pub(crate) recheck: bool,
 }
 
@@ -258,8 +259,6 @@ pub(crate) fn contend<W>(
             return wait.finish(end);
         }
         waited = named;
-        // A whole re-check period in silence (not a short wait the attempt asked for, as a
-        // client that gave the lock up does): the next attempt is a re-check.
         silent = named && pause.waited_whole_period() && pause.seen() == seen;
     }
 }
