@@ -161,8 +161,9 @@ pub(crate) fn taking_locks(body: &str) -> Script {
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
 /// (token, lease, whether the caller and more threads of its client wait, whether it has
-/// waited long, and whether it re-checks after a silent wait) of a `Mutex`'s acquire, for the scripts built with [`taking_locks`]; a
-/// script that needs more adds its keys after these.
+/// waited long, and whether it re-checks after a silent wait) of a `Mutex`'s acquire, for
+/// the scripts built with [`taking_locks`]; a script that needs more adds its keys after
+/// these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
     ScriptCall::new(script)

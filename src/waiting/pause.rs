@@ -125,19 +125,18 @@ impl Pause {
             return false;
         }
         let hint = hint.max(Duration::from_millis(1));
+        let announced = self.is_live() && release != Release::Unannounced;
         let mut delay = match release {
-            _ if !self.is_live() => self.backoff.next_delay().min(hint),
-            Release::Unannounced => self.backoff.next_delay().min(hint),
-            Release::Announced | Release::Behind(0) => self.recheck.min(hint),
-            Release::Behind(ahead) => self
+            _ if !announced => self.backoff.next_delay().min(hint),
+            Release::Behind(ahead) if ahead > 0 => self
                 .recheck
                 .saturating_mul(ahead.saturating_add(1).min(MOST_PERIODS_BEHIND)),
+            _ => self.recheck.min(hint),
         };
         if let Some(deadline) = deadline {
             delay = delay.min(deadline - now);
         }
-        self.whole_period =
-            self.is_live() && release != Release::Unannounced && delay >= self.recheck;
+        self.whole_period = announced && delay >= self.recheck;
         match &self.subscription {
             Some(sub) => {
                 sub.wait(seen, now + delay);
