@@ -1063,8 +1063,16 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
     }
     let pick = |s: usize, f: fn(&HandoffResult) -> f64| median(results[s].iter().map(f).collect());
     println!(
-        "  {:<10}{:>24}{:>18}{:>12}{:>12}{:>12}",
-        "shape", "hand-offs/s", "wait p50/p99 ms", "p99.9 ms", "Jain thr.", "Jain proc."
+        "  {:<10}{:>24}{:>18}{:>12}{:>12}{:>12}{:>8}{:>8}{:>8}",
+        "shape",
+        "hand-offs/s",
+        "wait p50/p99 ms",
+        "p99.9 ms",
+        "Jain thr.",
+        "Jain proc.",
+        "local",
+        "sent",
+        "failed"
     );
     let mut rows = Vec::new();
     for (s, &(processes, threads)) in shapes.iter().enumerate() {
@@ -1075,14 +1083,22 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
             pick(s, |r| r.wait_p999_us).0 / 1e3,
         );
         let (jain, jain_processes) = (pick(s, |r| r.jain).0, pick(s, |r| r.jain_processes).0);
+        let (local, sent, failed) = (
+            pick(s, |r| r.local_share).0,
+            pick(s, |r| r.sent_per_acquisition).0,
+            pick(s, |r| r.failed_attempts_per_acquisition).0,
+        );
         println!(
-            "  {:<10}{:>24}{:>18}{:>12.2}{:>12.4}{:>12.4}",
+            "  {:<10}{:>24}{:>18}{:>12.2}{:>12.4}{:>12.4}{:>8.3}{:>8.3}{:>8.3}",
             format!("{processes} x {threads}"),
             format!("{:.0} [{:.0}..{:.0}]", rate.0, rate.1, rate.2),
             format!("{p50:.2} / {p99:.2}"),
             p999,
             jain,
-            jain_processes
+            jain_processes,
+            local,
+            sent,
+            failed
         );
         rows.push(format!(
             "{{\"processes\": {processes}, \"threads\": {threads}, \

@@ -68,8 +68,9 @@ pub struct LockInfo {
     pub fencing_counter: Option<u64>,
     /// Queued waiters (a `FairMutex`, a fair semaphore), first first.
     pub queue: Vec<HolderInfo>,
-    /// Clients whose threads wait for a release announcement (contending waiters do not
-    /// queue: each waiting client listens once, however many of its threads wait).
+    /// Clients whose threads wait for a release announcement: each waiting client listens
+    /// once, however many of its threads wait (a `Mutex`'s waiters do not queue, a fair
+    /// lock's are in `queue` too).
     pub waiting_clients: u64,
     /// A writer that claimed the next turn of an `RwLock`.
     pub writer_waiting: Option<String>,
@@ -263,7 +264,7 @@ fn read_space<T: redis::FromRedisValue>(
 ) -> Result<(T, u64)> {
     connections.call(&keys.lock, doing, |c| {
         let space: T = pipe.query(c)?;
-        Ok((space, listeners(c, &keys.channel)?))
+        Ok((space, listeners(c, keys)?))
     })
 }
 
@@ -304,15 +305,37 @@ fn semaphore_space(sem: &LockKeys) -> redis::Pipeline {
     pipe
 }
 
-/// How many clients listen on `channel`: sharded subscriptions on Redis 7 and later, classic
-/// ones before.
-fn listeners(c: &mut crate::connection::Conn, channel: &str) -> redis::RedisResult<u64> {
+/// How many clients listen for the releases of `keys`: on the lock's channel (every waiter of
+/// an `RwLock` or a semaphore), and on channels of their own (a `Mutex`'s or a fair lock's
+/// waiting client, one channel each); sharded subscriptions on Redis 7 and later, classic ones
+/// before.
+fn listeners(c: &mut crate::connection::Conn, keys: &LockKeys) -> redis::RedisResult<u64> {
+    let channel = &*keys.channel;
     let sharded: redis::RedisResult<(String, u64)> = redis::cmd("PUBSUB")
         .arg("SHARDNUMSUB")
         .arg(channel)
         .query(c);
     let classic: (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(c)?;
-    Ok(sharded.map_or(0, |(_, n)| n) + classic.1)
+    let own = format!("{}*", glob_escaped(&keys.waiter_channel_prefix));
+    let sharded_own: redis::RedisResult<Vec<String>> =
+        redis::cmd("PUBSUB").arg("SHARDCHANNELS").arg(&own).query(c);
+    let classic_own: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").arg(&own).query(c)?;
+    Ok(sharded.map_or(0, |(_, n)| n)
+        + classic.1
+        + sharded_own.map_or(0, |v| v.len() as u64)
+        + classic_own.len() as u64)
+}
+
+/// `text` as a glob pattern that matches only itself.
+fn glob_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for ch in text.chars() {
+        if matches!(ch, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out
 }
 
 /// Every token the raw reading names.

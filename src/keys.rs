@@ -90,7 +90,8 @@ pub(crate) struct LockKeys {
     /// during which each began to wait, so that a release names the first (a flag, for the
     /// other primitives).
     pub(crate) waiting: String,
-    /// `P:{N}:ch` — the channel on which a release is announced.
+    /// `P:{N}:ch` — the channel on which a release is announced to every waiter (an
+    /// `RwLock`'s, a semaphore's).
     pub(crate) channel: Arc<str>,
     /// `P:{N}:poison` — left by a holder whose thread panicked; see `PoisonInfo`.
     pub(crate) poison: String,
@@ -98,7 +99,8 @@ pub(crate) struct LockKeys {
     pub(crate) queue: String,
     /// `P:{N}:timeouts` — when each waiter of a fair lock counts as dead (server time, ms).
     pub(crate) timeouts: String,
-    /// `P:{N}:ch:` — a fair lock's waiter channels are this plus a client id.
+    /// `P:{N}:ch:` — the channels that name one waiting client (a `Mutex`'s, a fair lock's)
+    /// are this plus its id.
     pub(crate) waiter_channel_prefix: String,
 }
 
@@ -111,7 +113,7 @@ impl LockKeys {
         key
     }
 
-    /// The channel on which the fair lock's releases wake this client's waiters.
+    /// The channel on which a release names this client (a `Mutex`'s, a fair lock's).
     pub(crate) fn waiter_channel(&self, client_id: &str) -> Arc<str> {
         Arc::from(format!("{}{client_id}", self.waiter_channel_prefix))
     }

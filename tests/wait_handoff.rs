@@ -70,9 +70,11 @@ fn a_release_wakes_one_waiting_client_and_clients_take_turns_in_the_order_they_c
     }
     assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
     // Two attempts to wait and one that took the lock, each: no client attempted when another
-    // was named.
+    // was named. And each heard one announcement, its own: a release that names a client
+    // wakes no other (each listens on a channel of its own).
     for c in &clients {
         assert_eq!(c.stats().attempts, 3, "{:?}", c.stats());
+        assert_eq!(c.stats().notifications, 1, "{:?}", c.stats());
     }
     assert!(waiting_clients(&server, "turns").is_empty());
 }

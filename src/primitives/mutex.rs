@@ -252,8 +252,10 @@ impl Protocol for MutexProtocol {
             .arg(&*keys.channel)
     }
 
-    fn wake_channel(&self, keys: &LockKeys, _client_id: &str) -> Arc<str> {
-        Arc::clone(&keys.channel)
+    /// The client's own channel: a release names the next client on that client's channel
+    /// only (`mutex/waiters.lua`), so a hand-off wakes one client however many wait.
+    fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {
+        keys.waiter_channel(client_id)
     }
 
     /// A release names one waiting client (its id is the message), and only that client's

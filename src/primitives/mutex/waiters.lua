@@ -4,8 +4,8 @@
 -- that began during the same hold are named in no particular order); it expires a lease after
 -- the holder's, as a crashed client's place must. Earlier versions kept a string there (a
 -- waiters flag, set by a failed acquire): both helpers replace one, and a release that finds
--- one wakes every waiter, as those versions did, so that a fleet can be upgraded one process
--- at a time. Needs announce.lua.
+-- one wakes every waiter of those versions on the lock's channel, as they did. Needs
+-- announce.lua.
 --
 -- A client that has waited long (take.lua), was named, attempted, and found the lock taken
 -- meanwhile (a thread of another client took it while the named one was on its way) is owed
@@ -33,9 +33,13 @@ local function register_waiter(waiting, token, score, ms, replace)
   redis.call('PEXPIRE', waiting, ms)
   return added == 1
 end
--- The lock is free: tells the client that has waited longest, on the lock's channel (the
--- message is its id: that client's leading waiter attempts, the others wait on). A client
--- owed its turn gets the lock `lock` held for it (no lock given: it is told only).
+-- The lock is free: tells the client that has waited longest, on its own channel, the lock's
+-- channel `channel` plus `:` and its id (the message is its id: that client's leading waiter
+-- attempts, the others wait on). Only that client hears it: a channel that every waiting
+-- client listened on would wake a thread in each of them at every hand-off, work that grows
+-- with the clients. A client owed its turn gets the lock `lock` held for it (no lock given:
+-- it is told only). A flag of an earlier version is announced on the lock's channel itself,
+-- where its waiters listen.
 local function name_next(waiting, channel, lock)
   local next = redis.pcall('ZPOPMIN', waiting)
   if next['err'] then
@@ -45,6 +49,6 @@ local function name_next(waiting, channel, lock)
     if lock and tonumber(next[2]) < 0 then
       redis.call('SET', lock, next[1] .. ':turn', 'PX', TURN_MS)
     end
-    announce(channel, next[1])
+    announce(channel .. ':' .. next[1], next[1])
   end
 end
