@@ -263,6 +263,68 @@ fn fencing_tokens_are_ordered_across_instances_whose_counters_differ() {
     );
 }
 
+/// A free lock whose counters were started is taken with plain commands on every instance
+/// (no acquire script), and its tokens keep growing when instances lose their data: with one
+/// counter lost, the others still make a majority of started counters; with two, the script
+/// round starts them again from the server's clock.
+#[test]
+fn a_free_lock_taken_before_costs_no_acquire_script_and_its_tokens_keep_growing() {
+    let s = servers(3);
+    let redlock = redlock(&s);
+    let m = redlock.mutex("plain");
+    // The first take starts the counters, by the script; the second tries the plain `SET`'s
+    // form on each server (alone, leaving the take to the script).
+    let mut last = 0;
+    for _ in 0..2 {
+        let g = m.lock().unwrap();
+        assert!(
+            g.fencing_token() > last,
+            "{} after {last}",
+            g.fencing_token()
+        );
+        last = g.fencing_token();
+        g.unlock().unwrap();
+    }
+    let scripts =
+        |s: &[RedisServer]| -> Vec<u64> { s.iter().map(|s| s.command_calls("evalsha")).collect() };
+    let before = scripts(&s);
+    for _ in 0..5 {
+        let g = m.lock().unwrap();
+        assert!(
+            g.fencing_token() > last,
+            "{} after {last}",
+            g.fencing_token()
+        );
+        last = g.fencing_token();
+        g.unlock().unwrap();
+    }
+    let spent: Vec<u64> = scripts(&s)
+        .iter()
+        .zip(&before)
+        .map(|(a, b)| a - b)
+        .collect();
+    // The releases only: one script call on each instance per cycle (and the acquires on
+    // Redis 6.2, which refuses `SET … NX … GET`).
+    let per_cycle = match support::server_version().redis_before(7, 0) {
+        true => 2,
+        false => 1,
+    };
+    assert_eq!(spent, [5 * per_cycle; 3]);
+    for lost in 1..=2 {
+        for server in &s[..lost] {
+            let _: () = redis::cmd("FLUSHALL").query(&mut server.conn()).unwrap();
+        }
+        let g = m.lock().unwrap();
+        assert!(
+            g.fencing_token() > last,
+            "{} after {last}",
+            g.fencing_token()
+        );
+        last = g.fencing_token();
+        g.unlock().unwrap();
+    }
+}
+
 #[test]
 fn threads_of_two_redlocks_exclude_each_other_and_get_increasing_tokens() {
     let s = servers(3);

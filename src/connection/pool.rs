@@ -350,6 +350,11 @@ impl Checkout {
             .map_err(|e| Error::from_call(&self.shared.server, doing, e))
     }
 
+    /// What the server of this connection is known to accept.
+    pub(crate) fn features(&self) -> &ServerFeatures {
+        &self.shared.features
+    }
+
     /// Whether the server ran the script of `hash` on this connection before.
     pub(crate) fn knows_script(&self, hash: &str) -> bool {
         self.slot

@@ -1,11 +1,18 @@
-//! A script call split in two: written now, its reply read later. Writing the calls to
-//! several servers before reading any reply costs about one round trip in all, without a
-//! thread per server (Redlock's fan-out).
+//! A call split in two: written now, its reply read later. Writing the calls to several
+//! servers before reading any reply costs about one round trip in all, without a thread per
+//! server (Redlock's fan-out). A call is a script, or a few plain commands.
 
 use std::time::Duration;
 
-use crate::connection::{Checkout, Connections, OnReply, ScriptCall};
+use crate::connection::{Checkout, Connections, OnReply, ScriptCall, ServerFeatures};
 use crate::error::{Doing, Error, Result, Server};
+
+/// Plain commands written to their server, whose replies are still to be read.
+pub(crate) struct SentCommands {
+    checkout: Checkout,
+    server: Server,
+    count: usize,
+}
 
 /// A script call written to its server, whose reply is still to be read.
 pub(crate) struct SentCall<'a> {
@@ -61,6 +68,63 @@ impl Connections {
             checkout,
             server,
             call,
+        })
+    }
+}
+
+impl Connections {
+    /// Writes the plain commands that `build` packs for the server of `route`, knowing what
+    /// that server accepts, and returns without reading their replies; `Ok(None)` when
+    /// `build` packs none (nothing is written). `build` gives the packed pipeline and how
+    /// many commands it holds. A connection that must be made first is made within `within`;
+    /// a redirection (`MOVED`) is not followed.
+    pub(crate) fn send_commands(
+        &self,
+        route: &str,
+        doing: Doing<'_>,
+        within: Duration,
+        build: impl FnOnce(&ServerFeatures) -> Option<(Vec<u8>, usize)>,
+    ) -> Result<Option<SentCommands>> {
+        let shard = self.shard_of(route);
+        let server = self.shard_server(shard);
+        let mut checkout = self.checkout_within(shard, doing, within)?;
+        let Some((packed, count)) = build(checkout.features()) else {
+            return Ok(None);
+        };
+        checkout.write(doing, |c| c.send_packed_command(&packed))?;
+        Ok(Some(SentCommands {
+            checkout,
+            server,
+            count,
+        }))
+    }
+}
+
+impl SentCommands {
+    /// Reads every reply, waiting at most `timeout` for each (then the connection is thrown
+    /// away and the outcome is unknown), and shows them to `seen` with what the server is
+    /// known to accept (for what they tell of it). A command's error reply is a value
+    /// (`Value::ServerError`) among the others.
+    pub(crate) fn read(
+        mut self,
+        timeout: Duration,
+        doing: Doing<'_>,
+        seen: impl FnOnce(&ServerFeatures, &[redis::Value]),
+    ) -> Result<Vec<redis::Value>> {
+        let timeout = timeout.max(Duration::from_millis(1));
+        let count = self.count;
+        let replies: redis::RedisResult<Vec<redis::Value>> = self
+            .checkout
+            .call_within(timeout, |c| (0..count).map(|_| c.recv_response()).collect());
+        if let Ok(replies) = &replies {
+            seen(self.checkout.features(), replies);
+        }
+        replies.map_err(|e| {
+            let server = Server {
+                response_timeout: timeout,
+                ..self.server.clone()
+            };
+            Error::from_call(&server, doing, e)
         })
     }
 }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis::Value;
 
-use crate::connection::{Conn, ScriptCall, SetNxGet};
+use crate::connection::{Conn, ScriptCall, ServerFeatures, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
 use crate::lease::reply::AcquireReply;
@@ -151,6 +151,51 @@ pub(crate) fn acquire(
             }
             Ok(reply)
         }
+    }
+}
+
+/// The plain commands of an attempt whose replies are read later (a Redlock's, written to
+/// every instance before any reply is read): `SET … NX PX … GET` and, on a server known to
+/// take that form, `INCR` of the fencing counter; the packed pipeline and how many commands
+/// it holds. `None` on a server that refuses the form. On a server not tried yet the `SET`
+/// goes alone (a probe: [`saw`] records what its reply tells).
+pub(crate) fn packed(
+    features: &ServerFeatures,
+    (keys, token, lease_ms): (&LockKeys, &str, u64),
+) -> Option<(Vec<u8>, usize)> {
+    let probing = match features.set_nx_get() {
+        SetNxGet::Refused => return None,
+        SetNxGet::Untried => true,
+        SetNxGet::Taken => false,
+    };
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET")
+        .arg(&keys.lock)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(lease_ms)
+        .arg("GET");
+    if !probing {
+        pipe.cmd("INCR").arg(&keys.fence);
+    }
+    Some((pipe.get_packed_pipeline(), if probing { 1 } else { 2 }))
+}
+
+/// Records what the replies to [`packed`]'s commands tell of the server.
+pub(crate) fn saw(features: &ServerFeatures, replies: &[Value]) {
+    if let [set] = replies {
+        features.saw_set_nx_get(&Ok(set.clone()));
+    }
+}
+
+/// The fencing token of a lock that [`packed`]'s commands took, from their replies, when the
+/// counter had started from the server's clock; `None` when only the acquire script can tell
+/// (the lock was held, the counter had not started, a command was refused).
+pub(crate) fn taken(replies: &[Value]) -> Option<u64> {
+    match replies {
+        [Value::Nil, Value::Int(fence)] if *fence >= SEEDED_FENCE => u64::try_from(*fence).ok(),
+        _ => None,
     }
 }
 

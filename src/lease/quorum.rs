@@ -17,9 +17,11 @@ use crate::keys::LockKeys;
 use crate::lease::cleanup::CleanUpLater;
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing, Site, ValueAt};
+use crate::lease::plain_take::{self, SeededCounters};
+use crate::lease::protocol::PlainTake;
 use crate::lease::reply::{self, AcquireReply};
 use crate::waiting::Release;
-use instances::{fan_out, too_few_answered, unexpected, Reply};
+use instances::{fan_out, fan_out_commands, too_few_answered, unexpected, Reply};
 
 use instances::Instance;
 
@@ -48,6 +50,9 @@ pub(crate) struct Quorum {
     /// The default lease of the instances' clients (for the default per-instance timeout of
     /// a release).
     pub(crate) lease: Duration,
+    /// The fencing counters that a round won with started counters on every instance: the
+    /// locks a first attempt takes with plain commands (see [`Quorum::plain_round`]).
+    pub(crate) seeded: Arc<SeededCounters>,
 }
 
 /// How many of `n` instances must hold a lock of which `capacity` units exist (see
@@ -188,6 +193,7 @@ impl Quorum {
             quorum,
             instance_timeout: None,
             lease,
+            seeded: Arc::new(SeededCounters::new()),
         })
     }
 
@@ -341,6 +347,56 @@ impl Quorum {
         (at_token >= needed && Instant::now() < valid_until).then_some(fencing_token)
     }
 
+    /// A first attempt's round of plain commands, as a single server's (`lease::plain_take`:
+    /// `SET … NX PX … GET` and `INCR` of the fencing counter, no script, a fraction of the
+    /// server's time), for a protocol that allows it and a lock whose counters every instance
+    /// started in a round won before. The hold when `needed` instances took the lock with a
+    /// started counter; `None` leaves the attempt to the script round, which takes the lock
+    /// where these commands left it holding the token, and settles every other case (a
+    /// lock held, a waiter to register, a counter to start, a server that refuses the
+    /// `SET`'s form), one round trip later.
+    fn plain_round(
+        &self,
+        a: &Attempting<'_>,
+        (needed, timeout, drift): (usize, Duration, Duration),
+        doing: Doing<'_>,
+    ) -> Option<Attempted> {
+        let call = a.call;
+        let keys = call.keys;
+        let allowed = a.first
+            && a.protocol.plain_take(call) == PlainTake::WhenFree
+            && self.seeded.contains(&keys.fence);
+        if !allowed {
+            return None;
+        }
+        let lock = (keys, call.token, call.lease_ms());
+        let started = Instant::now();
+        let replies = fan_out_commands(
+            &self.instances,
+            &keys.lock,
+            (timeout, doing),
+            |_, features| plain_take::packed(features, lock),
+            plain_take::saw,
+        );
+        let took: Vec<Took> = replies
+            .iter()
+            .map(|r| match r {
+                Some(Ok(replies)) => match plain_take::taken(replies) {
+                    Some(fence) => Took::Yes(fence, None, (0, 0)),
+                    None => Took::No(0),
+                },
+                _ => Took::No(0),
+            })
+            .collect();
+        let valid_until = started + call.lease.saturating_sub(drift);
+        let fencing_token = self.won(needed, (keys, call.token), &took, timeout, valid_until)?;
+        Some(Attempted::Taken {
+            fencing_token,
+            held_until: valid_until,
+            payload: None,
+        })
+    }
+
     /// A round not won. When too few instances answered, the acquire ends here and its
     /// token is never sent again: what it may have left is given back by each instance's
     /// renewal thread, off the caller's path. Else the waiter attempts again with the same
@@ -441,6 +497,11 @@ impl Lessor for Quorum {
             ));
         }
         let doing = Doing::lock("acquiring", a.name);
+        let needed = self.needed(call.capacity);
+        let drift = crate::config::clock_drift(call.lease);
+        if let Some(taken) = self.plain_round(a, (needed, timeout, drift), doing) {
+            return Ok(taken);
+        }
         let script = a.protocol.acquire(call);
         let calls: Vec<Option<&ScriptCall>> =
             self.instances.iter().map(|_| Some(&script)).collect();
@@ -449,16 +510,19 @@ impl Lessor for Quorum {
             .into_iter()
             .map(|reply| Took::from_reply(reply, doing))
             .collect();
-        let drift = crate::config::clock_drift(call.lease);
         let valid_until = started + call.lease.saturating_sub(drift);
-        let needed = self.needed(call.capacity);
         let won = self.won(needed, (call.keys, call.token), &took, timeout, valid_until);
         match won {
-            Some(fencing_token) => Ok(Attempted::Taken {
-                fencing_token,
-                held_until: valid_until,
-                payload: Took::newest_payload(took),
-            }),
+            Some(fencing_token) => {
+                if took.iter().all(|t| matches!(t, Took::Yes(..))) {
+                    self.seeded.saw(&call.keys.fence, fencing_token);
+                }
+                Ok(Attempted::Taken {
+                    fencing_token,
+                    held_until: valid_until,
+                    payload: Took::newest_payload(took),
+                })
+            }
             None => self.lost_round(a, &took, (needed, timeout, started)),
         }
     }

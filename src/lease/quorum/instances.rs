@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::connection::{Connections, ScriptCall};
+use crate::connection::{Connections, ScriptCall, ServerFeatures};
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::lease::context::{Handle, LockContext};
 
@@ -43,10 +43,49 @@ pub(crate) fn fan_out(
             )
         })
         .collect();
-    // One deadline for every reply: instances that do not answer cost the round about one
-    // `timeout` in all, not one each. While most of it is left, a read gets the whole
-    // `timeout` (a connection keeps its read timeout, so an unchanged one costs no system
-    // call); once an instance has taken more than a quarter of it, what is left.
+    read_each(sent, timeout, |call, within| call.read(within, doing))
+}
+
+/// The replies of one instance to plain commands: `None` when nothing was sent to it.
+pub(crate) type Replies = Option<Result<Vec<redis::Value>>>;
+
+/// Sends to each instance `i` the plain commands `build(i, features)` packs, knowing what
+/// that instance accepts (none: nothing is sent to it), at `route`; then reads every reply, as
+/// [`fan_out`] does, showing each instance's to `seen` with what that instance accepts.
+pub(crate) fn fan_out_commands(
+    instances: &[Instance],
+    route: &str,
+    (timeout, doing): (Duration, Doing<'_>),
+    build: impl Fn(usize, &ServerFeatures) -> Option<(Vec<u8>, usize)>,
+    seen: impl Fn(&ServerFeatures, &[redis::Value]),
+) -> Vec<Replies> {
+    let sent: Vec<Option<Result<_>>> = instances
+        .iter()
+        .enumerate()
+        .map(|(i, instance)| {
+            let sent = instance.ctx.ensure_open().and_then(|()| {
+                instance
+                    .connections
+                    .send_commands(route, doing, timeout, |f| build(i, f))
+            });
+            sent.transpose()
+        })
+        .collect();
+    read_each(sent, timeout, |commands, within| {
+        commands.read(within, doing, &seen)
+    })
+}
+
+/// Reads the reply of each call `sent` (`read` reads one within the time given). One
+/// deadline for every reply: instances that do not answer cost the round about one `timeout`
+/// in all, not one each. While most of it is left, a read gets the whole `timeout` (a
+/// connection keeps its read timeout, so an unchanged one costs no system call); once an
+/// instance has taken more than a quarter of it, what is left.
+fn read_each<S, R>(
+    sent: Vec<Option<Result<S>>>,
+    timeout: Duration,
+    read: impl Fn(S, Duration) -> Result<R>,
+) -> Vec<Option<Result<R>>> {
     let deadline = Instant::now() + timeout;
     let slack = timeout / 4;
     let read_timeout = move || {
@@ -57,7 +96,7 @@ pub(crate) fn fan_out(
         }
     };
     sent.into_iter()
-        .map(|s| s.map(|s| s.and_then(|call| call.read(read_timeout(), doing))))
+        .map(|s| s.map(|s| s.and_then(|call| read(call, read_timeout()))))
         .collect()
 }
 
