@@ -152,6 +152,55 @@ fn waits(server: &RedisServer) -> u64 {
     server.command_calls("wait")
 }
 
+/// A free lock taken before is taken with plain commands (no acquire script) and `WAIT` in
+/// the same round trip; a replica that does not acknowledge still fails it and rolls it back.
+#[test]
+fn an_acknowledged_take_of_a_lock_taken_before_sends_no_script() {
+    let master = RedisServer::start();
+    let replica = replica_of(&master);
+    let client = Client::builder()
+        .replica_acks(1, Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(3))
+        .outage_patience(Duration::from_secs(1))
+        .open(master.url())
+        .unwrap();
+    let m = client.mutex("acked");
+    // The first take starts the fencing counter; the second tries the plain `SET`'s form.
+    for _ in 0..2 {
+        m.lock().unwrap().unlock().unwrap();
+    }
+    let (scripts, waited) = (master.command_calls("evalsha"), waits(&master));
+    let mut last = 0;
+    for _ in 0..5 {
+        let g = m.lock().unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        g.unlock().unwrap();
+    }
+    // Each acquire waited for the replica, and only the releases ran a script (Redis 6.2
+    // refuses the plain `SET`'s form: there the acquires run the script too).
+    let per_cycle = match support::server_version().redis_before(7, 0) {
+        true => 2,
+        false => 1,
+    };
+    assert_eq!(master.command_calls("evalsha") - scripts, 5 * per_cycle);
+    assert_eq!(waits(&master) - waited, 5);
+
+    replica.pause();
+    let c = client.clone();
+    let err = within(Duration::from_secs(60), move || {
+        c.mutex("acked").lock().map(drop)
+    })
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotReplicated, "{err}");
+    let plain = Client::open(master.url()).unwrap();
+    assert!(
+        !plain.mutex("acked").is_locked().unwrap(),
+        "the acquire was not rolled back"
+    );
+    replica.resume();
+}
+
 #[test]
 fn one_server_asks_no_replica_by_default() {
     let master = RedisServer::start();

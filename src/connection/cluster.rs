@@ -502,10 +502,6 @@ impl Deployment for Cluster {
         }
     }
 
-    fn redirects(&self) -> bool {
-        true
-    }
-
     fn redirect(&self, err: &Error) -> Option<Redirect> {
         if err.is_server_code("MOVED") {
             // The map was refreshed by `call_failed`: route again.

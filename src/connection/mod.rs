@@ -137,12 +137,6 @@ pub(crate) trait Deployment: Send + Sync {
         None
     }
 
-    /// Whether servers may redirect calls (a Cluster's `ASK` lets in only the one command
-    /// that follows `ASKING`): a call of several commands must then be one script.
-    fn redirects(&self) -> bool {
-        false
-    }
-
     /// Reads the replies that idle pooled connections still carry: see
     /// [`Pool::settle_idle`].
     fn settle_unread(&self);
@@ -342,11 +336,6 @@ impl Connections {
                 _ => return result,
             }
         }
-    }
-
-    /// Whether servers may redirect calls: see [`Deployment::redirects`].
-    pub(crate) fn redirects(&self) -> bool {
-        self.deployment.redirects()
     }
 
     /// How many shards (servers holding keys) there are now.

@@ -38,10 +38,11 @@
 use std::cell::Cell;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use redis::Value;
 
-use crate::connection::{Conn, ScriptCall, ServerFeatures, SetNxGet};
+use crate::connection::{millis, Conn, ScriptCall, ServerFeatures, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
 use crate::lease::reply::AcquireReply;
@@ -105,27 +106,33 @@ enum Plain {
     Unsettled,
 }
 
+/// The reply to an attempt, with how many replicas acknowledged its writes when some were
+/// asked to (`WAIT`).
+pub(crate) type Acknowledged = (AcquireReply, Option<i64>);
+
 /// One acquire attempt: the plain commands, then `script` (which sends the protocol's acquire
-/// script on the connection given) when they did not settle it. When the plain `SET` took the
-/// lock but the script then did not (Redis ran out of memory between the two), `release`
-/// gives the lock back before the reply is returned. `took` is set when the plain `SET` took
-/// the lock and the script was sent to finish the take: if an error is returned then, the
-/// lock may hold the token.
+/// script on the connection given, and `WAIT` when replicas are asked) when they did not
+/// settle it. When the plain `SET` took the lock but the script then did not (Redis ran out
+/// of memory between the two), `release` gives the lock back before the reply is returned.
+/// `took` is set when the plain `SET` took the lock and the script was sent to finish the
+/// take: if an error is returned then, the lock may hold the token.
 ///
 /// `waits`: whether the caller waits when the lock is held (only the script registers a
 /// waiter); a caller that gives up also reads the lock's remaining time (`PTTL`) with the
 /// plain commands, so that a held lock costs it one round trip. `queue`: a fair lock's queue,
-/// whose waiters come before a lock taken here.
+/// whose waiters come before a lock taken here. `replicas`: how many replicas must
+/// acknowledge the writes, and how long they are waited for: `WAIT` goes in the plain
+/// commands' round trip.
 pub(crate) fn acquire(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    (waits, queue): (bool, Option<&str>),
+    (waits, queue, replicas): (bool, Option<&str>, Option<(u32, Duration)>),
     (script, release): (
-        impl Fn(&mut Conn) -> redis::RedisResult<AcquireReply>,
+        impl Fn(&mut Conn) -> redis::RedisResult<Acknowledged>,
         impl FnOnce() -> ScriptCall,
     ),
     took: &Cell<bool>,
-) -> redis::RedisResult<AcquireReply> {
+) -> redis::RedisResult<Acknowledged> {
     // Until the server is known to take `SET … NX … GET`, the `SET` goes alone (a probe):
     // a server that refuses it (Redis 6.2) then counts nothing on the fencing counter, and
     // one that takes it leaves the counter to the script this once.
@@ -134,22 +141,23 @@ pub(crate) fn acquire(
         SetNxGet::Untried => true,
         SetNxGet::Taken => false,
     };
-    match plain(c, (keys, token, lease_ms), (waits, queue), probing)? {
-        Plain::Settled(reply) => Ok(reply),
-        Plain::Unsettled => script(c),
-        Plain::Queued => {
+    let lock = (keys, token, lease_ms);
+    match plain(c, lock, (waits, queue, replicas), probing)? {
+        (Plain::Settled(reply), acks) => Ok((reply, acks)),
+        (Plain::Unsettled, _) => script(c),
+        (Plain::Queued, _) => {
             took.set(true);
             release().invoke::<i64>(c)?;
             took.set(false);
             script(c)
         }
-        Plain::Ours => {
+        (Plain::Ours, _) => {
             took.set(true);
-            let reply = script(c)?;
+            let (reply, acks) = script(c)?;
             if reply.taken != 1 {
                 release().invoke::<i64>(c)?;
             }
-            Ok(reply)
+            Ok((reply, acks))
         }
     }
 }
@@ -199,12 +207,13 @@ pub(crate) fn taken(replies: &[Value]) -> Option<u64> {
     }
 }
 
+/// The plain commands' outcome, and the replicas that acknowledged their writes (when asked).
 fn plain(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    (waits, queue): (bool, Option<&str>),
+    (waits, queue, replicas): (bool, Option<&str>, Option<(u32, Duration)>),
     probing: bool,
-) -> redis::RedisResult<Plain> {
+) -> redis::RedisResult<(Plain, Option<i64>)> {
     let mut pipe = redis::pipe();
     pipe.ignore_errors()
         .cmd("SET")
@@ -223,9 +232,20 @@ fn plain(
     if !waits {
         pipe.cmd("PTTL").arg(&keys.lock);
     }
+    if let Some((replicas, timeout)) = replicas {
+        pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+    }
     // Each reply on its own: an error reply (a key of the wrong type, a server that refuses
     // the `SET`'s form) leaves the attempt to the script.
-    let replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
+    let mut replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
+    let acks = match replicas {
+        Some(_) => match replies.pop() {
+            Some(Ok(Value::Int(acks))) => Some(acks),
+            // No count: as if none acknowledged.
+            _ => Some(0),
+        },
+        None => None,
+    };
     let mut replies = replies.into_iter();
     let set = replies.next();
     if let (true, Some(set)) = (probing, &set) {
@@ -241,7 +261,7 @@ fn plain(
         Some(_) => true,
     };
     let remaining = replies.next();
-    Ok(match (set, fence, remaining) {
+    let plain = match (set, fence, remaining) {
         (Some(Ok(Value::Nil)), _, _) if queued => Plain::Queued,
         (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence))), _) if fence >= SEEDED_FENCE => {
             Plain::Settled(AcquireReply::taken(fence))
@@ -253,5 +273,6 @@ fn plain(
             Plain::Settled(AcquireReply::held(remaining))
         }
         _ => Plain::Unsettled,
-    })
+    };
+    Ok((plain, acks))
 }

@@ -76,29 +76,37 @@ impl Single {
         plainly: bool,
         took: &Cell<bool>,
     ) -> redis::RedisResult<(AcquireReply, Option<(i64, u32)>)> {
-        if let Some((replicas, timeout)) = self.replicas_to_ask(LeaseWrite::Acquire, c)? {
-            let (reply, got): (AcquireReply, i64) = script.invoke_and_wait(c, replicas, timeout)?;
-            let acks = (reply.taken == 1).then_some((got, replicas));
-            return Ok((reply, acks));
-        }
-        if !plainly {
-            return Ok((script.invoke(c)?, None));
-        }
-        let (call, protocol) = (a.call, a.protocol);
-        let (keys, token) = (call.keys, call.token);
-        let queue = (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
-            .then_some(keys.queue.as_str());
-        let reply = plain_take::acquire(
-            c,
-            (keys, token, call.lease_ms()),
-            (call.queue, queue),
-            (
-                |c: &mut Conn| script.invoke(c),
-                || protocol.release(keys, token),
-            ),
-            took,
-        )?;
-        Ok((reply, None))
+        let asked = self.replicas_to_ask(LeaseWrite::Acquire, c)?;
+        let by_script = |c: &mut Conn| -> redis::RedisResult<plain_take::Acknowledged> {
+            match asked {
+                Some((replicas, timeout)) => {
+                    let (reply, got) = script.invoke_and_wait(c, replicas, timeout)?;
+                    Ok((reply, Some(got)))
+                }
+                None => Ok((script.invoke(c)?, None)),
+            }
+        };
+        let (reply, got) = match plainly {
+            false => by_script(c)?,
+            true => {
+                let (call, protocol) = (a.call, a.protocol);
+                let (keys, token) = (call.keys, call.token);
+                let queue = (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
+                    .then_some(keys.queue.as_str());
+                plain_take::acquire(
+                    c,
+                    (keys, token, call.lease_ms()),
+                    (call.queue, queue, asked),
+                    (by_script, || protocol.release(keys, token)),
+                    took,
+                )?
+            }
+        };
+        // A lock taken counts the replicas that acknowledged it, as (got, asked).
+        let acks = asked
+            .filter(|_| reply.taken == 1)
+            .map(|(replicas, _)| (got.unwrap_or(0), replicas));
+        Ok((reply, acks))
     }
 
     /// What an attempt's reply means (a lock taken that too few replicas acknowledged is
@@ -241,17 +249,21 @@ impl Lessor for Single {
         let doing = Doing::lock("acquiring", a.name);
         // Built when first sent: an attempt that plain commands settle never sends it.
         let script = LazyCell::new(|| a.protocol.acquire(call));
-        let plainly = a.first
-            && a.protocol.plain_take(call) != PlainTake::Never
-            && !self.connections.redirects()
-            && self.seeded.contains(&keys.fence);
+        // Plain commands on the first try only: a try sent again after a redirection (a
+        // Cluster's `ASK` lets in only the one command after `ASKING`) or a lost connection
+        // sends the script, which settles every case in one command.
+        let plainly = Cell::new(
+            a.first
+                && a.protocol.plain_take(call) != PlainTake::Never
+                && self.seeded.contains(&keys.fence),
+        );
         let mut resent = false;
         // Set when a plain take left the lock holding the token before the script's reply.
         let took = Cell::new(false);
         loop {
             let sent_at = Instant::now();
             let reply = self.connections.call(&keys.lock, doing, |c| {
-                self.send_attempt(c, a, &script, plainly, &took)
+                self.send_attempt(c, a, &script, plainly.replace(false), &took)
             });
             return match reply {
                 Ok(reply) => self.attempt_outcome(a, reply, sent_at, later),
