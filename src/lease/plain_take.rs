@@ -176,6 +176,15 @@ pub(crate) fn packed(
         SetNxGet::Untried => true,
         SetNxGet::Taken => false,
     };
+    let pipe = take_commands((keys, token, lease_ms), probing);
+    Some((pipe.get_packed_pipeline(), if probing { 1 } else { 2 }))
+}
+
+/// `SET lock token NX PX lease GET` and, unless `probing`, `INCR` of the fencing counter.
+fn take_commands(
+    (keys, token, lease_ms): (&LockKeys, &str, u64),
+    probing: bool,
+) -> redis::Pipeline {
     let mut pipe = redis::pipe();
     pipe.cmd("SET")
         .arg(&keys.lock)
@@ -187,7 +196,7 @@ pub(crate) fn packed(
     if !probing {
         pipe.cmd("INCR").arg(&keys.fence);
     }
-    Some((pipe.get_packed_pipeline(), if probing { 1 } else { 2 }))
+    pipe
 }
 
 /// Records what the replies to [`packed`]'s commands tell of the server.
@@ -214,18 +223,8 @@ fn plain(
     (waits, queue, replicas): (bool, Option<&str>, Option<(u32, Duration)>),
     probing: bool,
 ) -> redis::RedisResult<(Plain, Option<i64>)> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors()
-        .cmd("SET")
-        .arg(&keys.lock)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(lease_ms)
-        .arg("GET");
-    if !probing {
-        pipe.cmd("INCR").arg(&keys.fence);
-    }
+    let mut pipe = take_commands((keys, token, lease_ms), probing);
+    pipe.ignore_errors();
     if let Some(queue) = queue {
         pipe.cmd("LINDEX").arg(queue).arg(0);
     }
