@@ -272,31 +272,24 @@ fn a_free_lock_taken_before_costs_no_acquire_script_and_its_tokens_keep_growing(
     let s = servers(3);
     let redlock = redlock(&s);
     let m = redlock.mutex("plain");
+    // Each take's token is above the one before.
+    let mut last = 0;
+    let mut cycle = || {
+        let g = m.lock().unwrap();
+        let token = g.fencing_token();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        g.unlock().unwrap();
+    };
     // The first take starts the counters, by the script; the second tries the plain `SET`'s
     // form on each server (alone, leaving the take to the script).
-    let mut last = 0;
-    for _ in 0..2 {
-        let g = m.lock().unwrap();
-        assert!(
-            g.fencing_token() > last,
-            "{} after {last}",
-            g.fencing_token()
-        );
-        last = g.fencing_token();
-        g.unlock().unwrap();
-    }
+    cycle();
+    cycle();
     let scripts =
         |s: &[RedisServer]| -> Vec<u64> { s.iter().map(|s| s.command_calls("evalsha")).collect() };
     let before = scripts(&s);
     for _ in 0..5 {
-        let g = m.lock().unwrap();
-        assert!(
-            g.fencing_token() > last,
-            "{} after {last}",
-            g.fencing_token()
-        );
-        last = g.fencing_token();
-        g.unlock().unwrap();
+        cycle();
     }
     let spent: Vec<u64> = scripts(&s)
         .iter()
@@ -314,14 +307,7 @@ fn a_free_lock_taken_before_costs_no_acquire_script_and_its_tokens_keep_growing(
         for server in &s[..lost] {
             let _: () = redis::cmd("FLUSHALL").query(&mut server.conn()).unwrap();
         }
-        let g = m.lock().unwrap();
-        assert!(
-            g.fencing_token() > last,
-            "{} after {last}",
-            g.fencing_token()
-        );
-        last = g.fencing_token();
-        g.unlock().unwrap();
+        cycle();
     }
 }
 

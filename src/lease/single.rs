@@ -64,10 +64,10 @@ impl Single {
         call_retried(&self.connections, route, doing, f)
     }
 
-    /// The round trip of one attempt on connection `c`: the script and `WAIT` when replicas
-    /// must hold the lease (the acknowledgements, as (got, asked), of a lock taken), else
-    /// plain commands when `plainly` (`took` is set if they left the lock holding the token),
-    /// else the script.
+    /// The round trip of one attempt on connection `c`: plain commands when `plainly` (`took`
+    /// is set if they left the lock holding the token), else the script; with `WAIT` in the
+    /// same round trip when replicas must hold the lease (the acknowledgements, as (got,
+    /// asked), of a lock taken).
     fn send_attempt(
         &self,
         c: &mut Conn,
