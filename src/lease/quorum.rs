@@ -375,7 +375,7 @@ impl Quorum {
             &self.instances,
             &keys.lock,
             (timeout, doing),
-            |_, features| plain_take::packed(features, lock),
+            |features| plain_take::packed(features, lock),
             plain_take::saw,
         );
         let took: Vec<Took> = replies

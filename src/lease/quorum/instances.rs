@@ -49,24 +49,23 @@ pub(crate) fn fan_out(
 /// The replies of one instance to plain commands: `None` when nothing was sent to it.
 pub(crate) type Replies = Option<Result<Vec<redis::Value>>>;
 
-/// Sends to each instance `i` the plain commands `build(i, features)` packs, knowing what
-/// that instance accepts (none: nothing is sent to it), at `route`; then reads every reply, as
-/// [`fan_out`] does, showing each instance's to `seen` with what that instance accepts.
+/// Sends to each instance the plain commands `build` packs, knowing what that instance
+/// accepts (none: nothing is sent to it), at `route`; then reads every reply, as [`fan_out`]
+/// does, showing each instance's to `seen` with what that instance accepts.
 pub(crate) fn fan_out_commands(
     instances: &[Instance],
     route: &str,
     (timeout, doing): (Duration, Doing<'_>),
-    build: impl Fn(usize, &ServerFeatures) -> Option<(Vec<u8>, usize)>,
+    build: impl Fn(&ServerFeatures) -> Option<(Vec<u8>, usize)>,
     seen: impl Fn(&ServerFeatures, &[redis::Value]),
 ) -> Vec<Replies> {
     let sent: Vec<Option<Result<_>>> = instances
         .iter()
-        .enumerate()
-        .map(|(i, instance)| {
+        .map(|instance| {
             let sent = instance.ctx.ensure_open().and_then(|()| {
                 instance
                     .connections
-                    .send_commands(route, doing, timeout, |f| build(i, f))
+                    .send_commands(route, doing, timeout, &build)
             });
             sent.transpose()
         })
