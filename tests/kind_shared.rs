@@ -242,6 +242,15 @@ fn the_value_is_written_only_when_it_changed() {
     let server = RedisServer::start();
     let c = client(&server);
     let value = c.shared::<Ledger>("sparse");
+    // The server found to take the plain commands (the first plain take on a server sends
+    // the `SET` alone, and leaves the rest to the script, which sets the lock again).
+    for _ in 0..2 {
+        c.shared::<Ledger>("warm-up")
+            .lock()
+            .unwrap()
+            .unlock()
+            .unwrap();
+    }
     {
         let mut g = value.lock().unwrap();
         g.entries = 3;
@@ -366,4 +375,69 @@ fn a_value_over_the_limit_is_refused_before_it_is_sent() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     // Released without writing.
     assert_eq!(*value.try_lock().unwrap().expect("left held"), vec![1]);
+}
+
+#[test]
+fn a_value_taken_before_comes_with_plain_commands_and_stays_the_latest() {
+    if support::server_version().redis_before(7, 0) {
+        eprintln!("skipped: Redis 6.2 refuses SET NX GET, so every take is a script there");
+        return;
+    }
+    let server = RedisServer::start();
+    let (c, other) = (client(&server), client(&server));
+    // A fixed lease: no renewal runs a script meanwhile.
+    let lease = Duration::from_secs(300);
+    let value = c.shared::<u64>("plain").with_fixed_lease(lease);
+    // The scripts loaded, the server found to take the plain commands, and the name's
+    // fencing counter seen started by this client (its first take is the script).
+    for _ in 0..2 {
+        c.shared::<u64>("warm-up").lock().unwrap().unlock().unwrap();
+    }
+    *value.lock().unwrap() = 7;
+    // Each release below is read before the next count (`unlock`, not a drop, whose release
+    // may still be on its way).
+    let taken_plainly = |expected: u64| {
+        let scripts = server.command_calls("evalsha");
+        let g = value.lock().unwrap();
+        assert_eq!(
+            server.command_calls("evalsha"),
+            scripts,
+            "a value whose lock this client took before was taken with a script"
+        );
+        assert_eq!(*g, expected);
+        g.unlock().unwrap();
+    };
+    taken_plainly(7);
+    // Another client's write is what the next plain take reads.
+    let mut g = other.shared::<u64>("plain").lock().unwrap();
+    *g = 9;
+    g.unlock().unwrap();
+    taken_plainly(9);
+    // As is its removal.
+    other
+        .shared::<u64>("plain")
+        .lock()
+        .unwrap()
+        .remove()
+        .unwrap();
+    let existing = c.shared_existing::<u64>("plain").with_fixed_lease(lease);
+    let err = existing.lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoValue, "{err}");
+    // Its release read: the lock is free again.
+    other.mutex("plain").lock().unwrap().unlock().unwrap();
+    taken_plainly(0);
+    // A key of the wrong type found by the plain commands: the lock is given back at once,
+    // and the script tells the error.
+    let _: () = redis::cmd("HSET")
+        .arg("redmutex:{plain}:value")
+        .arg("f")
+        .arg("v")
+        .query(&mut server.conn())
+        .unwrap();
+    let err = value.lock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    assert!(
+        other.mutex("plain").try_lock().unwrap().is_some(),
+        "lock left held"
+    );
 }

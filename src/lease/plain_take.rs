@@ -45,7 +45,7 @@ use redis::Value;
 use crate::connection::{millis, Conn, ScriptCall, ServerFeatures, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
-use crate::lease::reply::AcquireReply;
+use crate::lease::reply::{parse_version, AcquireReply};
 
 /// The lowest fencing token a counter started from the server's clock gives (2^40; see
 /// `lua/fence.lua`): below it, the acquire script starts the counter.
@@ -94,14 +94,32 @@ impl SeededCounters {
     }
 }
 
+/// What an attempt's plain commands do beside taking the lock.
+pub(crate) struct Beside<'a> {
+    /// Whether the caller waits when the lock is held (only the script registers a waiter);
+    /// a caller that gives up also reads the lock's remaining time (`PTTL`), so that a held
+    /// lock costs it one round trip.
+    pub(crate) waits: bool,
+    /// A fair lock's queue, whose waiters come before a lock taken here.
+    pub(crate) queue: Option<&'a str>,
+    /// The keys of a value kept under the lock and of its version (a shared value), read
+    /// after the `SET`: a lock taken comes with them, as the acquire script's reply does.
+    pub(crate) payload: Option<[String; 2]>,
+    /// How many replicas must acknowledge the writes, and how long they are waited for:
+    /// `WAIT` goes in the same round trip.
+    pub(crate) replicas: Option<(u32, Duration)>,
+}
+
 /// What the plain commands settled.
 enum Plain {
     /// The reply, as the acquire script would have given it.
     Settled(AcquireReply),
     /// The lock holds the token, without a fencing token yet: the script finishes the take.
     Ours,
-    /// The lock holds the token, but waiters queue for it: it goes to them.
-    Queued,
+    /// The lock holds the token, but is given back at once: waiters queue for it (it goes
+    /// to them), or the value kept under it could not be read; the script then settles the
+    /// attempt.
+    GiveBack,
     /// Only the script can tell.
     Unsettled,
 }
@@ -117,16 +135,11 @@ pub(crate) type Acknowledged = (AcquireReply, Option<i64>);
 /// `took` is set when the plain `SET` took the lock and the script was sent to finish the
 /// take: if an error is returned then, the lock may hold the token.
 ///
-/// `waits`: whether the caller waits when the lock is held (only the script registers a
-/// waiter); a caller that gives up also reads the lock's remaining time (`PTTL`) with the
-/// plain commands, so that a held lock costs it one round trip. `queue`: a fair lock's queue,
-/// whose waiters come before a lock taken here. `replicas`: how many replicas must
-/// acknowledge the writes, and how long they are waited for: `WAIT` goes in the plain
-/// commands' round trip.
+/// `beside`: what the plain commands also do.
 pub(crate) fn acquire(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    (waits, queue, replicas): (bool, Option<&str>, Option<(u32, Duration)>),
+    beside: &Beside<'_>,
     (script, release): (
         impl Fn(&mut Conn) -> redis::RedisResult<Acknowledged>,
         impl FnOnce() -> ScriptCall,
@@ -142,10 +155,10 @@ pub(crate) fn acquire(
         SetNxGet::Taken => false,
     };
     let lock = (keys, token, lease_ms);
-    match plain(c, lock, (waits, queue, replicas), probing)? {
+    match plain(c, lock, beside, probing)? {
         (Plain::Settled(reply), acks) => Ok((reply, acks)),
         (Plain::Unsettled, _) => script(c),
-        (Plain::Queued, _) => {
+        (Plain::GiveBack, _) => {
             took.set(true);
             release().invoke::<i64>(c)?;
             took.set(false);
@@ -220,24 +233,27 @@ pub(crate) fn taken(replies: &[Value]) -> Option<u64> {
 fn plain(
     c: &mut Conn,
     (keys, token, lease_ms): (&LockKeys, &str, u64),
-    (waits, queue, replicas): (bool, Option<&str>, Option<(u32, Duration)>),
+    beside: &Beside<'_>,
     probing: bool,
 ) -> redis::RedisResult<(Plain, Option<i64>)> {
     let mut pipe = take_commands((keys, token, lease_ms), probing);
     pipe.ignore_errors();
-    if let Some(queue) = queue {
+    for key in beside.payload.iter().flatten() {
+        pipe.cmd("GET").arg(key);
+    }
+    if let Some(queue) = beside.queue {
         pipe.cmd("LINDEX").arg(queue).arg(0);
     }
-    if !waits {
+    if !beside.waits {
         pipe.cmd("PTTL").arg(&keys.lock);
     }
-    if let Some((replicas, timeout)) = replicas {
+    if let Some((replicas, timeout)) = beside.replicas {
         pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
     }
     // Each reply on its own: an error reply (a key of the wrong type, a server that refuses
     // the `SET`'s form) leaves the attempt to the script.
     let mut replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
-    let acks = match replicas {
+    let acks = match beside.replicas {
         Some(_) => match replies.pop() {
             Some(Ok(Value::Int(acks))) => Some(acks),
             // No count: as if none acknowledged.
@@ -254,24 +270,64 @@ fn plain(
         true => None,
         false => replies.next(),
     };
+    // The value and its version (`Err` when a read failed: the script tells).
+    let payload = match beside.payload {
+        None => Ok((None, (0, 0))),
+        Some(_) => payload((replies.next(), replies.next())),
+    };
     // Whether someone queues (an error reply: the script tells).
-    let queued = match queue.map(|_| replies.next()) {
+    let queued = match beside.queue.map(|_| replies.next()) {
         None | Some(Some(Ok(Value::Nil))) => false,
         Some(_) => true,
     };
     let remaining = replies.next();
     let plain = match (set, fence, remaining) {
-        (Some(Ok(Value::Nil)), _, _) if queued => Plain::Queued,
+        (Some(Ok(Value::Nil)), _, _) if queued => Plain::GiveBack,
         (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence))), _) if fence >= SEEDED_FENCE => {
-            Plain::Settled(AcquireReply::taken(fence))
+            match payload {
+                Ok((payload, payload_version)) => Plain::Settled(AcquireReply {
+                    payload,
+                    payload_version,
+                    ..AcquireReply::taken(fence)
+                }),
+                Err(()) => Plain::GiveBack,
+            }
         }
         (Some(Ok(Value::Nil)), _, _) => Plain::Ours,
         (Some(Ok(Value::BulkString(holder))), _, Some(Ok(Value::Int(remaining))))
-            if !waits && remaining > 0 && holder.as_slice() != token.as_bytes() =>
+            if !beside.waits && remaining > 0 && holder.as_slice() != token.as_bytes() =>
         {
             Plain::Settled(AcquireReply::held(remaining))
         }
         _ => Plain::Unsettled,
     };
     Ok((plain, acks))
+}
+
+/// A value kept under a lock (`None` when there is none) and its version.
+type Payload = (Option<Vec<u8>>, (u64, u64));
+
+/// A value and its version from the replies of their `GET`s, as the acquire script's reply
+/// carries them (a version that is not one counts as the oldest); `Err` when a `GET` failed
+/// (a key of the wrong type), which the script reports.
+fn payload(
+    (value, version): (
+        Option<redis::RedisResult<Value>>,
+        Option<redis::RedisResult<Value>>,
+    ),
+) -> Result<Payload, ()> {
+    let value = match value {
+        Some(Ok(Value::Nil)) => None,
+        Some(Ok(Value::BulkString(bytes))) => Some(bytes),
+        _ => return Err(()),
+    };
+    let version = match version {
+        Some(Ok(Value::Nil)) => (0, 0),
+        Some(Ok(Value::BulkString(text))) => std::str::from_utf8(&text)
+            .ok()
+            .and_then(parse_version)
+            .unwrap_or((0, 0)),
+        _ => return Err(()),
+    };
+    Ok((value, version))
 }

@@ -129,6 +129,13 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         PlainTake::Never
     }
 
+    /// For a protocol whose acquire replies with a value kept under the lock: the keys of the
+    /// value and of its version, which a plain take reads after taking the lock, in the same
+    /// round trip. Defaults to none.
+    fn plain_payload(&self, _keys: &LockKeys) -> Option<[String; 2]> {
+        None
+    }
+
     /// Releases the lock if it holds `token`, and wakes whom the release concerns.
     /// Reply: 1 when released, 0 when the lock did not hold the token.
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall;

@@ -365,6 +365,7 @@ impl Quorum {
         let keys = call.keys;
         let allowed = a.first
             && a.protocol.plain_take(call) == PlainTake::WhenFree
+            && a.protocol.plain_payload(keys).is_none()
             && self.seeded.contains(&keys.fence);
         if !allowed {
             return None;

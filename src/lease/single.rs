@@ -91,12 +91,17 @@ impl Single {
             true => {
                 let (call, protocol) = (a.call, a.protocol);
                 let (keys, token) = (call.keys, call.token);
-                let queue = (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
-                    .then_some(keys.queue.as_str());
+                let beside = plain_take::Beside {
+                    waits: call.queue,
+                    queue: (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
+                        .then_some(keys.queue.as_str()),
+                    payload: protocol.plain_payload(keys),
+                    replicas: asked,
+                };
                 plain_take::acquire(
                     c,
                     (keys, token, call.lease_ms()),
-                    (call.queue, queue, asked),
+                    &beside,
                     (by_script, || protocol.release(keys, token)),
                     took,
                 )?

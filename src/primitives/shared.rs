@@ -21,7 +21,7 @@ pub use guard::SharedGuard;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{suffix, LockKeys};
-use crate::lease::{AcquireCall, Kind, LockContext, Protocol, RawLock};
+use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::mutex::{self, taking_locks, with_waiters};
 
 /// Takes the lock and reads the value: see `shared/acquire.lua`.
@@ -112,6 +112,17 @@ impl Protocol for SharedProtocol {
             .key(value_fence_key(call.keys))
     }
 
+    /// As a `Mutex`'s: a free lock is taken with plain commands, which also read the value
+    /// and its version after the `SET` (no holder writes the value once the lock holds the
+    /// taker's token, so what they read is the latest).
+    fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
+        mutex::protocol().plain_take(call)
+    }
+
+    fn plain_payload(&self, keys: &LockKeys) -> Option<[String; 2]> {
+        Some([value_key(keys), value_fence_key(keys)])
+    }
+
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
         mutex::protocol().release(keys, token)
     }
@@ -145,8 +156,10 @@ type Missing<T> = Option<Arc<dyn Fn() -> T + Send + Sync>>;
 /// dropping the guard writes the value back (when it changed) and releases the lock, in one
 /// round trip.
 ///
-/// - **The value comes with the lock.** The acquire script replies with the stored value:
-///   taking a `Shared<T>` costs the one round trip of a [`Mutex`](crate::Mutex).
+/// - **The value comes with the lock.** The acquire replies with the stored value: taking a
+///   `Shared<T>` costs the one round trip of a [`Mutex`](crate::Mutex) (and, as a `Mutex`
+///   taken before, no script: the value's `GET` follows the plain `SET NX` in the same round
+///   trip).
 /// - **Only the holder writes.** The release writes the value only while the lock still holds
 ///   this holder's token, in the same script: a holder whose lease ran out never overwrites
 ///   the value of a newer holder. Its write is refused, [`SharedGuard::unlock`] returns
