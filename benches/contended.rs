@@ -30,7 +30,8 @@
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
 //! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle`, `peers` and `growth`) runs only those
 //! sections; their figures then replace their own keys in an existing `contended.json`, and
-//! the others are kept.
+//! the others are kept. `BENCH_GROWTH_THREADS` sets the threads per process of the growth
+//! section (4), to tell what grows with the processes from what grows with their threads.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -124,6 +125,7 @@ fn mode() -> Mode {
     Mode {
         processes: env_or("BENCH_PROCESSES", mode.processes),
         threads: env_or("BENCH_THREADS", mode.threads),
+        growth_threads: env_or("BENCH_GROWTH_THREADS", mode.growth_threads),
         ..mode
     }
 }
