@@ -29,6 +29,12 @@
 //! script, as if released on the spot; the attempt then goes on as one that found the lock
 //! held. Waiters keep their order.
 //!
+//! A value kept under the lock (a `Shared<T>`'s) comes with it: the same pipeline reads the
+//! value and its version after the `SET` (`Protocol::plain_payload`). Once the `SET` took the
+//! lock no holder's write lands, each being checked against the lock's token, so what they
+//! read is the latest; a read that fails (a key of the wrong type) gives the lock back at
+//! once, and the script tells the error.
+//!
 //! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first plain take on a
 //! server sends the `SET` without the `INCR` (a probe that counts nothing on the counter), and
 //! its reply tells the server apart ([`ServerFeatures`](crate::connection::ServerFeatures)).
