@@ -353,8 +353,9 @@ impl Client {
     /// - guards still held keep working and still release their lock on drop or
     ///   [`unlock`](crate::MutexGuard::unlock), but their leases are no longer renewed: they
     ///   run out, and the guards report the lease lost then;
-    /// - every [`Leadership`](crate::Leadership) of the client has resigned (before the
-    ///   client closed): it reads as lost, and a waiting candidate leads at once;
+    /// - every [`Leadership`](crate::Leadership) of the client has resigned (once the
+    ///   client took no more locks, so that its leader cannot campaign again, and before its
+    ///   connections closed): it reads as lost, and a waiting candidate leads at once;
     /// - the renewal and subscriber threads have ended (the renewal thread makes one last
     ///   attempt at pending clean-ups first, within the client's timeouts), and they are not
     ///   started again.

@@ -408,6 +408,53 @@ fn a_shutdown_resigns_and_ends_run_while_leader() {
     assert!(steps.load(Ordering::Relaxed) > 0);
 }
 
+/// A leader whose work returns the moment its leadership is lost campaigns again at once: as
+/// its client shuts down, that campaign fails with `Shutdown` and never takes the lock back
+/// from the waiting candidate (the client stops taking locks before it resigns). Several
+/// rounds, since the campaign races the resignation's round trips.
+#[test]
+fn a_leader_that_campaigns_again_at_shutdown_gets_shutdown_not_the_lock() {
+    let server = RedisServer::start();
+    for round in 0..8 {
+        let name = format!("again-{round}");
+        let leading = client(&server);
+        let (runner, terms) = (leading.clone(), Arc::new(AtomicUsize::new(0)));
+        let (counted, election) = (Arc::clone(&terms), name.clone());
+        let run = std::thread::spawn(move || {
+            runner
+                .election(&election)
+                .run_while_leader("a", |leadership| {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    leadership.lease_watch().wait_timeout(LIMIT)
+                })
+        });
+        let other = client(&server);
+        let reader = other.clone();
+        let observed = name.clone();
+        within(LIMIT, move || {
+            while reader.election(&observed).leader().unwrap().is_none() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let (candidate, election) = (other.clone(), name.clone());
+        let next = std::thread::spawn(move || {
+            let _led = candidate.election(&election).campaign("b").unwrap();
+            Instant::now()
+        });
+        assert!(support::eventually(LIMIT, || other.stats().contended >= 1));
+        let shut = Instant::now();
+        leading.shutdown();
+        let err = run.join().unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Shutdown, "round {round}: {err}");
+        let after = next.join().unwrap().saturating_duration_since(shut);
+        assert!(
+            after < Duration::from_secs(10),
+            "round {round}: led {after:?} after the shutdown"
+        );
+        assert_eq!(terms.load(Ordering::Relaxed), 1, "round {round}");
+    }
+}
+
 /// A leadership resigned by its client's shutdown reads as lost, and its own resignation
 /// afterwards has nothing left to do.
 #[test]

@@ -148,11 +148,15 @@ impl LockContext {
 
     /// Closes the client: new operations fail, the background threads end for good.
     pub(crate) fn shut_down(&self) {
-        // Holds that give themselves up at shutdown do it first, while the client is open.
+        // New acquires fail from here: a thread whose hold is given up below cannot take the
+        // lock again before the client closes (a leader's `run_while_leader` campaigns again
+        // as soon as it sees its leadership lost).
+        self.closed.store(true, Ordering::Release);
+        // Holds that give themselves up at shutdown do it now, while the connections and the
+        // background threads still run.
         for work in self.at_shutdown.take_all() {
             work(self);
         }
-        self.closed.store(true, Ordering::Release);
         self.renewal.shutdown(true);
         self.subscriber.shutdown(true);
         self.lessor.shutdown(true);

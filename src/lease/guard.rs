@@ -422,11 +422,12 @@ impl LeaseGuard {
     /// [`keep_at_shutdown`](Self::keep_at_shutdown) cancels it first: the lease is marked
     /// lost (`LostReason::ShutDown`), `first` runs (a call checked against the hold's token:
     /// a leader's record removed) and the lock is released in Redis. Returns the id that
-    /// cancels it.
+    /// cancels it. A hold taken as the client shut down (its acquire got past the check that
+    /// the client is open) is given up at once.
     pub(crate) fn give_up_at_shutdown(&self, first: ScriptCall) -> u64 {
         let hold = Arc::clone(&self.hold);
         let work = move |ctx: &LockContext| given_up_at_shutdown(ctx, &hold, &first);
-        self.ctx.at_shutdown.add(Box::new(work))
+        self.ctx.at_shutdown.add(Box::new(work), &self.ctx)
     }
 
     /// Cancels what [`give_up_at_shutdown`](Self::give_up_at_shutdown) registered as `id`.

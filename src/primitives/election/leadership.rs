@@ -70,7 +70,19 @@ impl Leadership {
             proclaimed: 0,
         };
         if outermost {
-            leadership.announce("elected", &leadership.value, 0)?;
+            let announced = leadership.announce("elected", &leadership.value, 0);
+            // Taken just as the client shut down (the acquire got past the check that it is
+            // open): the leadership resigned at once, and the campaign says why.
+            if leadership
+                .lease()
+                .is_some_and(LeaseGuard::given_up_at_shutdown)
+            {
+                return Err(Error::new(
+                    ErrorKind::Shutdown,
+                    "the client was shut down as this leadership began; it resigned at once",
+                ));
+            }
+            announced?;
         }
         Ok(leadership)
     }
