@@ -177,23 +177,86 @@ struct Listener {
     taker: Taker,
 }
 
+/// Whether a holder of the client may pass the lock to the gate's leader.
+#[derive(Default)]
+enum Listening {
+    /// A leader is about to begin (a thread in the gate is taking over from the one that
+    /// left), or has begun and not yet listened: it looks for a lock passed to it before it
+    /// attempts, so a pass needs no wake-up. It takes the lock as every thread in the gate
+    /// does, if they all take it alike (see [`GateState::taker`]).
+    #[default]
+    Soon,
+    /// The leader listens: the signal wakes it.
+    Now(Listener),
+    /// The leader takes no pass: it cannot be woken for one, or its deadline passed.
+    Not,
+}
+
 #[derive(Default)]
 struct GateState {
     leader: bool,
     /// Threads in the gate, the leader included.
     inside: usize,
+    /// Threads that wait in the gate to lead.
+    queued: usize,
+    /// The last leader left while threads waited to lead: the one it woke (the longest
+    /// waiting) leads next, not a thread that enters meanwhile (often the holder that just
+    /// passed the lock on, coming back for it), so that no thread of the client waits behind
+    /// the same few again and again.
+    reserved: bool,
+    /// Threads in the gate whose deadline passed behind a leader: they leave, and none of
+    /// them leads.
+    leaving: usize,
+    /// How every thread in the gate takes a lock passed to it, when they all take it alike;
+    /// `None` when they do not (or one cannot be passed a lock).
+    taker: Option<Taker>,
     baton: Option<Baton>,
-    listener: Option<Listener>,
+    listener: Listening,
     passed: Option<Passed>,
     /// Releases on their way that keep this client's place among the lock's waiting clients
     /// (see [`Keeping`]).
     keeping: usize,
 }
 
+impl GateState {
+    /// A thread enters that takes a lock passed to it with `taker`.
+    fn enter(&mut self, taker: Option<Taker>) {
+        self.taker = match self.inside {
+            0 => taker,
+            _ => self.taker.filter(|&t| Some(t) == taker),
+        };
+        self.inside += 1;
+    }
+
+    /// Whether a holder may pass the lock to the gate's leader (one of `kind`) now: how the
+    /// leader takes it, and the signal that wakes it (`None`: a leader about to begin, which
+    /// looks for the lock before it attempts).
+    fn pass_to(&self, kind: &str) -> Option<(Taker, Option<Arc<Signal>>)> {
+        if self.passed.is_some() {
+            return None;
+        }
+        match &self.listener {
+            Listening::Now(listener) if self.leader && listener.taker.kind == kind => {
+                Some((listener.taker, Some(Arc::clone(&listener.signal))))
+            }
+            // Some thread in the gate leads, or is about to: one whose deadline passed behind
+            // the last leader leaves without leading.
+            Listening::Soon if self.inside > self.leaving => self
+                .taker
+                .filter(|taker| taker.kind == kind)
+                .map(|taker| (taker, None)),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Gate {
     state: Mutex<GateState>,
+    /// Wakes the thread that leads next.
     turn: Condvar,
+    /// Wakes the threads that wait for the releases that keep their client's place.
+    kept: Condvar,
 }
 
 /// How long after its client gave a lock up to other clients a thread that comes for it
@@ -248,7 +311,7 @@ impl Drop for Keeping {
         let mut state = self.0.state.lock();
         state.keeping -= 1;
         if state.keeping == 0 {
-            self.0.turn.notify_all();
+            self.0.kept.notify_all();
         }
     }
 }
@@ -349,6 +412,8 @@ pub(crate) struct GatePass<'a> {
     key: Arc<str>,
     gate: Arc<Gate>,
     leader: bool,
+    /// Its deadline passed behind a leader: it leaves without leading.
+    leaving: bool,
     /// Another thread led before this one: the lock may have changed hands meanwhile.
     pub(crate) waited: bool,
     /// What this thread found when it entered.
@@ -374,9 +439,13 @@ impl GatePass<'_> {
     }
 
     /// Lets a holder of this client pass the lock to this leader, which `signal` wakes and
-    /// which takes it with `lease`; `None`: it cannot be woken so (no subscription).
+    /// which takes it with `taker`; `None`: it takes no pass from now on (it cannot be woken
+    /// for one, or its deadline passed).
     pub(crate) fn listen(&self, signal: Option<Arc<Signal>>, taker: Taker) {
-        self.gate.state.lock().listener = signal.map(|signal| Listener { signal, taker });
+        self.gate.state.lock().listener = match signal {
+            Some(signal) => Listening::Now(Listener { signal, taker }),
+            None => Listening::Not,
+        };
     }
 
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
@@ -402,7 +471,7 @@ impl GatePass<'_> {
             let mut state = self.gate.state.lock();
             if state.keeping > 0 {
                 let slice = Instant::now() + Duration::from_millis(5);
-                self.gate.turn.wait_until(&mut state, slice.min(until));
+                self.gate.kept.wait_until(&mut state, slice.min(until));
             }
         }
     }
@@ -459,16 +528,11 @@ impl Gates {
     }
 
     /// When a leader of `key`'s gate, waiting for a lock of `kind`, can be passed the lock
-    /// now: how it takes it.
+    /// now (it listens, or is about to lead: see [`Listening`]): how it takes it.
     pub(crate) fn passable(&self, key: &str, kind: &str) -> Option<Taker> {
         let shard = self.shard(key).lock();
         let state = shard.gates.get(key)?.state.lock();
-        match (&state.listener, &state.passed) {
-            (Some(listener), None) if state.leader && listener.taker.kind == kind => {
-                Some(listener.taker)
-            }
-            _ => None,
-        }
+        state.pass_to(kind).map(|(taker, _)| taker)
     }
 
     /// A thread of this client took `key` with a hold it may pass on: threads that wait for
@@ -526,22 +590,24 @@ impl Gates {
         (place, keeping)
     }
 
-    /// Hands `passed` to the leader of `key`'s gate and wakes it; gives it back when there is
-    /// no leader to take it any more (it is dropped, which releases it in Redis).
-    pub(crate) fn pass_on(&self, key: &str, passed: Passed) -> Result<(), Passed> {
+    /// Hands `passed` (a lock of `kind`) to the leader of `key`'s gate and wakes it, or
+    /// leaves it to the leader about to begin; gives it back when there is no leader to take
+    /// it any more (it is dropped, which releases it in Redis).
+    pub(crate) fn pass_on(&self, key: &str, kind: &str, passed: Passed) -> Result<(), Passed> {
         let shard = self.shard(key).lock();
         let Some(gate) = shard.gates.get(key) else {
             return Err(passed);
         };
         let mut state = gate.state.lock();
-        let signal = match (&state.listener, &state.passed) {
-            (Some(listener), None) if state.leader => Arc::clone(&listener.signal),
-            _ => return Err(passed),
+        let Some((_, signal)) = state.pass_to(kind) else {
+            return Err(passed);
         };
         state.passed = Some(passed);
         drop(state);
         drop(shard);
-        signal.poke();
+        if let Some(signal) = signal {
+            signal.poke();
+        }
         Ok(())
     }
 
@@ -598,17 +664,18 @@ impl Gates {
 
     /// Enters the gate of `key` (no longer `coming`: both at once) and waits to become its
     /// leader, until `deadline`. `Err` when the deadline passed first: the thread is in the
-    /// gate until that pass drops, as a follower.
+    /// gate until that pass drops, as a follower. `taker`: how it takes a lock passed to it
+    /// (`None`: it takes none).
     pub(crate) fn lead(
         &self,
         key: &Arc<str>,
-        deadline: Option<Instant>,
+        (deadline, taker): (Option<Instant>, Option<Taker>),
         coming: Option<Coming<'_>>,
     ) -> Result<GatePass<'_>, GatePass<'_>> {
         let (gate, entered, begun) = {
             let mut shard = self.shard(key).lock();
             let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
-            gate.state.lock().inside += 1;
+            gate.state.lock().enter(taker);
             if let Some(key) = coming.and_then(|mut c| c.key.take()) {
                 shard.arrived(&key);
             }
@@ -620,26 +687,39 @@ impl Gates {
             key: Arc::clone(key),
             gate,
             leader: false,
+            leaving: false,
             waited: false,
             entered,
             begun,
         };
         let mut state = pass.gate.state.lock();
-        while state.leader {
+        if state.leader || state.reserved {
             pass.waited = true;
-            let timed_out = match deadline {
-                Some(d) => pass.gate.turn.wait_until(&mut state, d).timed_out(),
-                None => {
-                    pass.gate.turn.wait(&mut state);
-                    false
+            state.queued += 1;
+            // Woken as the next leader (or at its deadline while nobody leads): it leads.
+            loop {
+                let timed_out = match deadline {
+                    Some(d) => pass.gate.turn.wait_until(&mut state, d).timed_out(),
+                    None => {
+                        pass.gate.turn.wait(&mut state);
+                        false
+                    }
+                };
+                if !state.leader {
+                    break;
                 }
-            };
-            if timed_out && state.leader {
-                drop(state);
-                return Err(pass); // it leaves the gate when dropped
+                if timed_out {
+                    state.queued -= 1;
+                    state.leaving += 1;
+                    drop(state);
+                    pass.leaving = true;
+                    return Err(pass); // it leaves the gate when dropped
+                }
             }
+            state.queued -= 1;
         }
         state.leader = true;
+        state.reserved = false;
         drop(state);
         pass.leader = true;
         Ok(pass)
@@ -653,11 +733,11 @@ impl Gates {
         let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
         let begun = HoldsBegun(shard.holds_begun);
         let mut state = gate.state.lock();
-        if state.leader {
+        if state.leader || state.reserved {
             return None;
         }
         state.leader = true;
-        state.inside += 1;
+        state.enter(None);
         drop(state);
         drop(shard);
         Some(GatePass {
@@ -665,6 +745,7 @@ impl Gates {
             key: Arc::clone(key),
             gate,
             leader: true,
+            leaving: false,
             waited: false,
             entered: Entered::Plainly,
             begun,
@@ -676,10 +757,17 @@ impl Drop for GatePass<'_> {
     fn drop(&mut self) {
         let mut state = self.gate.state.lock();
         state.inside -= 1;
+        if self.leaving {
+            state.leaving -= 1;
+        }
         if self.leader {
             state.leader = false;
-            state.listener = None;
-            self.gate.turn.notify_one();
+            // The thread that waited longest to lead leads next.
+            state.listener = Listening::Soon;
+            state.reserved = state.queued > 0;
+            if state.reserved {
+                self.gate.turn.notify_one();
+            }
         }
         let empty = state.inside == 0;
         // The baton's subscription is dropped outside the gate's lock, and so is a lock
@@ -720,7 +808,7 @@ mod tests {
             .map(|_| {
                 let (gates, key, leaders) = (gates.clone(), key.clone(), leaders.clone());
                 std::thread::spawn(move || {
-                    let pass = gates.lead(&key, None, None).ok().unwrap();
+                    let pass = gates.lead(&key, (None, None), None).ok().unwrap();
                     assert_eq!(leaders.fetch_add(1, Ordering::SeqCst), 0);
                     std::thread::sleep(Duration::from_millis(2));
                     leaders.fetch_sub(1, Ordering::SeqCst);
@@ -739,14 +827,17 @@ mod tests {
     fn a_follower_gives_up_at_its_deadline() {
         let gates = Gates::default();
         let key: Arc<str> = Arc::from("k");
-        let leader = gates.lead(&key, None, None).ok().unwrap();
+        let leader = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(gates.has_waiters("k"));
         let deadline = Instant::now() + Duration::from_millis(20);
-        let follower = gates.lead(&key, Some(deadline), None).err().unwrap();
+        let follower = gates
+            .lead(&key, (Some(deadline), None), None)
+            .err()
+            .unwrap();
         assert!(follower.others_wait(), "the leader waits");
         drop(follower);
         drop(leader);
-        assert!(gates.lead(&key, Some(Instant::now()), None).is_ok());
+        assert!(gates.lead(&key, (Some(Instant::now()), None), None).is_ok());
         assert!(!gates.has_waiters("k"));
     }
 
@@ -758,13 +849,13 @@ mod tests {
         let gates = Gates::default();
         let key: Arc<str> = Arc::from("k");
         let coming = gates.attempt_first(&key).expect("nobody waits");
-        let leader = gates.lead(&key, None, None).ok().unwrap();
+        let leader = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(leader.others_wait(), "the sibling's attempt is on its way");
         assert!(
             gates.attempt_first(&key).is_none(),
             "a leader is in the gate: through the gate"
         );
-        let sibling = gates.lead(&key, Some(Instant::now()), Some(coming));
+        let sibling = gates.lead(&key, (Some(Instant::now()), None), Some(coming));
         let sibling = sibling.err().expect("the leader leads still");
         assert!(leader.others_wait(), "the sibling is in the gate");
         drop(sibling);
@@ -772,7 +863,7 @@ mod tests {
         drop(leader);
         let coming = gates.attempt_first(&key).unwrap();
         drop(coming);
-        let leader = gates.lead(&key, None, None).ok().unwrap();
+        let leader = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(
             !leader.others_wait(),
             "a thread that went away counts no more"
@@ -787,7 +878,7 @@ mod tests {
         let gates = Gates::default();
         let key: Arc<str> = Arc::from("k");
         gates.hold_begins(&key, false);
-        let leader = gates.lead(&key, None, None).ok().unwrap();
+        let leader = gates.lead(&key, (None, None), None).ok().unwrap();
         let (place, keeping) = gates.hold_ends(&key, false);
         assert_eq!(place, Place::Keep, "a thread waits in the gate");
         let until_read = keeping.as_ref().map(Keeping::also);
@@ -824,7 +915,7 @@ mod tests {
         let key: Arc<str> = Arc::from("k");
         // A sibling holds, taken at a first attempt (no place of the client known).
         gates.hold_begins(&key, false);
-        let waiter = gates.lead(&key, None, None).ok().unwrap();
+        let waiter = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(waiter.gives_up(7), "a sibling holds");
         drop(waiter);
         let (place, keeping) = gates.hold_ends(&key, false);
@@ -833,7 +924,7 @@ mod tests {
 
         // Nobody holds; a sibling's first attempt is on its way.
         let coming = gates.attempt_first(&key).unwrap();
-        let waiter = gates.lead(&key, None, None).ok().unwrap();
+        let waiter = gates.lead(&key, (None, None), None).ok().unwrap();
         let mark = coming.begun;
         assert!(waiter.gives_up(0), "a sibling is on its way");
         drop(waiter);
@@ -846,7 +937,7 @@ mod tests {
             "the next hold gives it up"
         );
         // That release may undo a first attempt made before it.
-        let pass = gates.lead(&key, None, None).ok().unwrap();
+        let pass = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(pass.held_since(mark));
     }
 
@@ -861,7 +952,7 @@ mod tests {
             .attempt_first(&key)
             .expect("nobody waits: it attempts first");
         let mark = coming.begun;
-        let pass = gates.lead(&key, None, Some(coming)).ok().unwrap();
+        let pass = gates.lead(&key, (None, None), Some(coming)).ok().unwrap();
         assert!(!pass.held_since(mark));
         drop(pass);
 
@@ -873,7 +964,119 @@ mod tests {
             "a sibling holds: through the gate"
         );
         let _ = gates.hold_ends(&key, false);
-        let pass = gates.lead(&key, None, None).ok().unwrap();
+        let pass = gates.lead(&key, (None, None), None).ok().unwrap();
         assert!(pass.held_since(mark));
+    }
+
+    const TAKER: Taker = Taker {
+        lease: Duration::from_secs(30),
+        fixed: false,
+        kind: "mutex",
+    };
+
+    fn passed(given_back: &Arc<AtomicUsize>) -> Passed {
+        let given_back = Arc::clone(given_back);
+        Passed::new(
+            (Arc::from("token"), 7),
+            (Instant::now() + Duration::from_secs(30), Cohort::start()),
+            Box::new(move || {
+                given_back.fetch_add(1, Ordering::SeqCst);
+            }),
+        )
+    }
+
+    /// The leader that took a pass has left, and the next has not begun to listen: a holder
+    /// passes the lock to it all the same, which takes it before it attempts; and the thread
+    /// that waited to lead leads, not one that enters after the last leader left.
+    #[test]
+    fn a_lock_is_passed_to_the_leader_about_to_begin() {
+        let gates = Arc::new(Gates::default());
+        let key: Arc<str> = Arc::from("k");
+        let leader = gates.lead(&key, (None, Some(TAKER)), None).ok().unwrap();
+        assert!(
+            gates.passable(&key, "mutex").is_some(),
+            "a leader about to listen"
+        );
+        leader.listen(None, TAKER);
+        assert!(gates.passable(&key, "mutex").is_none(), "it takes no pass");
+        let (go, wait_for_go) = std::sync::mpsc::channel::<()>();
+        let waiting = {
+            let (gates, key) = (Arc::clone(&gates), Arc::clone(&key));
+            std::thread::spawn(move || {
+                let next = gates.lead(&key, (None, Some(TAKER)), None).ok().unwrap();
+                // It leads, and has not begun to listen.
+                wait_for_go.recv().unwrap();
+                let taken = next.take_passed().map(|p| p.fencing_token);
+                drop(next);
+                taken
+            })
+        };
+        assert!(eventually(|| gates.shard(&key).lock().gates[&key]
+            .state
+            .lock()
+            .queued
+            == 1));
+        // The leader leaves (it took a pass, say): the one that waited leads next.
+        drop(leader);
+        assert!(
+            gates.try_lead(&key).is_none(),
+            "the thread that waited leads, not one that comes now"
+        );
+        assert_eq!(gates.passable(&key, "mutex"), Some(TAKER));
+        assert!(
+            gates.passable(&key, "fair").is_none(),
+            "another kind of lock"
+        );
+        let given_back = Arc::new(AtomicUsize::new(0));
+        assert!(gates.pass_on(&key, "mutex", passed(&given_back)).is_ok());
+        assert!(gates.passable(&key, "mutex").is_none(), "passed already");
+        go.send(()).unwrap();
+        assert_eq!(waiting.join().unwrap(), Some(7));
+        assert_eq!(
+            given_back.load(Ordering::SeqCst),
+            0,
+            "taken, not given back"
+        );
+    }
+
+    /// Threads that take a passed lock differently (another lease) are passed none before
+    /// their leader listens, and a thread whose deadline passed behind a leader is passed
+    /// none.
+    #[test]
+    fn no_lock_is_passed_to_a_gate_of_mixed_takers_or_of_leaving_threads() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        let leader = gates.lead(&key, (None, Some(TAKER)), None).ok().unwrap();
+        let other = Taker {
+            lease: Duration::from_secs(5),
+            ..TAKER
+        };
+        let follower = gates.lead(&key, (Some(Instant::now()), Some(other)), None);
+        let follower = follower.err().expect("the leader leads still");
+        assert!(
+            gates.passable(&key, "mutex").is_none(),
+            "two ways to take it"
+        );
+        drop(leader);
+        assert!(
+            gates.passable(&key, "mutex").is_none(),
+            "its only thread is leaving"
+        );
+        let given_back = Arc::new(AtomicUsize::new(0));
+        let refused = gates.pass_on(&key, "mutex", passed(&given_back));
+        drop(refused.expect_err("nobody to take it"));
+        assert_eq!(given_back.load(Ordering::SeqCst), 1, "released instead");
+        drop(follower);
+    }
+
+    fn eventually(mut cond: impl FnMut() -> bool) -> bool {
+        let until = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < until {
+            if cond() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
     }
 }

@@ -198,7 +198,7 @@ pub(crate) fn contend<W>(
         taker,
     } = contending;
     let wait = w.counters.contended_wait();
-    let pass = match w.gates.lead(lock_key, deadline, coming) {
+    let pass = match w.gates.lead(lock_key, (deadline, Some(taker)), coming) {
         Ok(pass) => pass,
         Err(follower) => {
             give_up(&follower);

@@ -198,7 +198,8 @@ pub(crate) enum Action {
     /// A sleeping leader wakes (a wake-up came after what it had seen, or its short wait
     /// ended); its next attempt is overdue or not.
     Wake(u8, u8, bool),
-    /// A holder hands the lock to its gate's listening leader.
+    /// A holder hands the lock to its gate's listening leader (or, from
+    /// `Fix::ComingLeader`, to the leader about to begin).
     Pass(u8, u8),
     /// A holder releases in Redis (the client decides what becomes of its place), giving
     /// the lock up to other waiting clients (a yield) or not.
@@ -262,6 +263,11 @@ pub(crate) enum Fix {
     /// on its way to the gate, whose first attempt such a release may have undone, attempts
     /// again as the gate's leader.
     GivenPlace,
+    /// And a holder passes the lock to a leader about to begin (a follower of a gate nobody
+    /// leads, or a leader deciding), which takes it before anything else, with no wake-up:
+    /// not a fix, the pass rule of `Gates::pass_on` since lock cohorting no longer waits for
+    /// the next leader to listen.
+    ComingLeader,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -416,6 +422,31 @@ impl Handoff {
     }
 
     /// The leader leaves its gate.
+    /// Whether a holder of client `c` may pass the lock to its gate's leader now: `true`
+    /// when the leader listens (the pass wakes it), `false` when it is about to begin (a
+    /// follower of a gate nobody leads, or a leader deciding: it takes the lock before
+    /// anything else, from `Fix::ComingLeader`).
+    fn pass_to(&self, s: &State, c: u8) -> Option<bool> {
+        let g = &s.gates[c as usize];
+        if g.passed.is_some() {
+            return None;
+        }
+        let threads = &s.threads[c as usize];
+        let coming = self.fix >= Fix::ComingLeader;
+        match g.leader.map(|l| &threads[l as usize].now) {
+            Some(Thread::Sleeping { .. } | Thread::Attempting { .. }) => Some(true),
+            Some(Thread::Deciding { .. }) if coming => Some(false),
+            None if coming
+                && threads
+                    .iter()
+                    .any(|w| matches!(w.now, Thread::Follower { .. })) =>
+            {
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
     fn leave_gate(s: &mut State, c: u8) {
         let g = &mut s.gates[c as usize];
         g.leader = None;
@@ -654,24 +685,18 @@ impl Handoff {
             // lease lost is the releasing guard's `LockLost`; the leader waits on.
             Thread::Passing { token, fence } if s.redis.lock == Some(token) => {
                 s.redis.counter += 1;
-                let g = &s.gates[c as usize];
-                let listening = g.passed.is_none()
-                    && g.leader.is_some_and(|l| {
-                        matches!(
-                            s.threads[c as usize][l as usize].now,
-                            Thread::Sleeping { .. } | Thread::Attempting { .. }
-                        )
-                    });
-                if !listening {
+                let Some(woken) = self.pass_to(s, c) else {
                     // The leader left meanwhile (it gave up): the lock passed to nobody is
                     // released in Redis instead (`Gates::pass_on`, `give_back`), as the hold
                     // it was.
                     Self::set(s, (c, t), Thread::Holding { token, fence });
                     return self.release(s, (c, t), false);
-                }
+                };
                 let g = &mut s.gates[c as usize];
                 g.passed = Some((token, s.redis.counter));
-                g.signal += 1;
+                if woken {
+                    g.signal += 1;
+                }
             }
             Thread::Passing { .. } => {}
             Thread::Releasing {
@@ -775,13 +800,7 @@ impl Model for Handoff {
                         actions.push(Action::Wake(c, t, true));
                     }
                     Thread::Holding { .. } => {
-                        let listening = g.leader.is_some_and(|l| {
-                            matches!(
-                                threads[l as usize].now,
-                                Thread::Sleeping { .. } | Thread::Attempting { .. }
-                            )
-                        });
-                        if listening && g.passed.is_none() {
+                        if self.pass_to(s, c).is_some() {
                             actions.push(Action::Pass(c, t));
                         }
                         actions.push(Action::Release(c, t, false));
@@ -816,7 +835,9 @@ impl Model for Handoff {
                     // A thread whose first attempt failed enters the gate even when its deadline
                     // has passed (`Gates::lead`), and gives up from there.
                     let waiting = match w.now {
-                        Thread::Follower { .. } => true,
+                        // A follower whose deadline passes while nobody leads becomes the
+                        // leader (`Gates::lead`), and takes a lock passed to it.
+                        Thread::Follower { .. } => g.leader.is_some() || g.passed.is_none(),
                         Thread::Sleeping { .. } => g.passed.is_none(),
                         _ => false,
                     };
@@ -874,6 +895,12 @@ impl Model for Handoff {
                     return None;
                 };
                 let g = &mut s.gates[c as usize];
+                if g.passed.is_some() {
+                    // Passed while it was about to lead: taken first (`contend`'s loop).
+                    g.baton = None;
+                    self.next_attempt(&mut s, (c, t), false, false);
+                    return Some(s);
+                }
                 let sibling_held = entered == Entered::SiblingHeld;
                 // `leader_subscription` and `sibling_holds`: the baton's holder won with its
                 // client kept among the waiting; the first attempt placed it; a sibling holds,

@@ -77,7 +77,7 @@ impl HandOff for MutexProtocol {
             }),
         );
         // A waiter that left meanwhile: the lock passed to nobody is released in Redis.
-        if let Err(unwanted) = ctx.gates.pass_on(&hold.lock_key, passed) {
+        if let Err(unwanted) = ctx.gates.pass_on(&hold.lock_key, kind, passed) {
             drop(unwanted);
         }
         Some(Ok(()))
