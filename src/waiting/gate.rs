@@ -197,13 +197,12 @@ struct GateState {
     leader: bool,
     /// Threads in the gate, the leader included.
     inside: usize,
-    /// Threads that wait in the gate to lead.
+    /// Threads that wait in the gate to lead. While any does, a thread that enters waits
+    /// behind it even if nobody leads: the last leader woke the longest waiting, which leads
+    /// next, not a thread that enters meanwhile (often the holder that just passed the lock
+    /// on, coming back for it), so that no thread of the client waits behind the same few
+    /// again and again.
     queued: usize,
-    /// The last leader left while threads waited to lead: the one it woke (the longest
-    /// waiting) leads next, not a thread that enters meanwhile (often the holder that just
-    /// passed the lock on, coming back for it), so that no thread of the client waits behind
-    /// the same few again and again.
-    reserved: bool,
     /// Threads in the gate whose deadline passed behind a leader: they leave, and none of
     /// them leads.
     leaving: usize,
@@ -219,6 +218,11 @@ struct GateState {
 }
 
 impl GateState {
+    /// Whether a thread that enters now waits to lead: another leads, or was woken to.
+    fn taken(&self) -> bool {
+        self.leader || self.queued > 0
+    }
+
     /// A thread enters that takes a lock passed to it with `taker`.
     fn enter(&mut self, taker: Option<Taker>) {
         self.taker = match self.inside {
@@ -693,7 +697,7 @@ impl Gates {
             begun,
         };
         let mut state = pass.gate.state.lock();
-        if state.leader || state.reserved {
+        if state.taken() {
             pass.waited = true;
             state.queued += 1;
             // Woken as the next leader (or at its deadline while nobody leads): it leads.
@@ -719,7 +723,6 @@ impl Gates {
             state.queued -= 1;
         }
         state.leader = true;
-        state.reserved = false;
         drop(state);
         pass.leader = true;
         Ok(pass)
@@ -733,7 +736,7 @@ impl Gates {
         let gate = Arc::clone(shard.gates.entry(Arc::clone(key)).or_default());
         let begun = HoldsBegun(shard.holds_begun);
         let mut state = gate.state.lock();
-        if state.leader || state.reserved {
+        if state.taken() {
             return None;
         }
         state.leader = true;
@@ -764,8 +767,7 @@ impl Drop for GatePass<'_> {
             state.leader = false;
             // The thread that waited longest to lead leads next.
             state.listener = Listening::Soon;
-            state.reserved = state.queued > 0;
-            if state.reserved {
+            if state.queued > 0 {
                 self.gate.turn.notify_one();
             }
         }
