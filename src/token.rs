@@ -3,6 +3,7 @@
 //! at a lock (`redmutex show`), never for a decision.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 static NEXT_THREAD_ID: AtomicU64 = AtomicU64::new(1);
@@ -35,12 +36,49 @@ impl TokenSource {
         &self.client_uuid
     }
 
-    pub(crate) fn next(&self) -> String {
+    /// A new token, written on the stack and copied once into its `Arc` (every acquire makes
+    /// one, and `format!` would cost a tenth of an uncontended acquire's client-side work).
+    pub(crate) fn next(&self) -> Arc<str> {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        format!("{}:{}:{seq}:{ms}", self.client_uuid, thread_id())
+        let mut token = TokenText::default();
+        token.push(self.client_uuid.as_bytes());
+        for number in [u128::from(thread_id()), u128::from(seq), ms] {
+            token.push(b":");
+            token.push(itoa::Buffer::new().format(number).as_bytes());
+        }
+        Arc::from(token.as_str())
+    }
+}
+
+/// A token being written: the client's id (32 hex digits) and three decimal numbers of at
+/// most 39 digits, with their separators, always fit.
+struct TokenText {
+    bytes: [u8; 160],
+    len: usize,
+}
+
+impl Default for TokenText {
+    fn default() -> Self {
+        TokenText {
+            bytes: [0; 160],
+            len: 0,
+        }
+    }
+}
+
+impl TokenText {
+    fn push(&mut self, part: &[u8]) {
+        let end = (self.len + part.len()).min(self.bytes.len());
+        self.bytes[self.len..end].copy_from_slice(&part[..end - self.len]);
+        self.len = end;
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII is written (hex digits, decimal digits, colons).
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
     }
 }
 
@@ -55,6 +93,10 @@ mod tests {
         let b = source.next();
         assert_ne!(a, b);
         assert!(a.starts_with(source.client_uuid()));
+        let fields: Vec<&str> = a.split(':').collect();
+        assert_eq!(fields.len(), 4, "{a}");
+        assert_eq!(fields[1], thread_id().to_string());
+        assert!(fields[2..].iter().all(|f| f.parse::<u128>().is_ok()), "{a}");
         let other = std::thread::spawn(thread_id).join().unwrap();
         assert_ne!(other, thread_id());
         assert_ne!(TokenSource::new().client_uuid(), source.client_uuid());

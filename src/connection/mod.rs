@@ -17,6 +17,8 @@ mod cluster;
 mod conn;
 mod handshake;
 mod pool;
+mod resp;
+mod script_call;
 mod sentinel;
 mod server_features;
 mod split_call;
@@ -28,7 +30,7 @@ mod wiring;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::{Script, ScriptInvocation};
+use redis::ConnectionLike;
 
 use crate::error::{Doing, Error, Result, Server};
 
@@ -37,6 +39,9 @@ pub(crate) use address::{AddressKind, ClusterAddress, SentinelAddress};
 pub(crate) use cluster::{slot_of, Cluster, ClusterSettings};
 pub(crate) use conn::{Conn, OnReply};
 pub(crate) use pool::{Checkout, Pool, PoolSettings};
+pub(crate) use resp::{each_reply, Packed};
+use script_call::is_noscript;
+pub(crate) use script_call::ScriptCall;
 pub(crate) use sentinel::{Sentinel, SentinelSettings};
 pub(crate) use server_features::{ServerFeatures, SetNxGet};
 
@@ -156,91 +161,6 @@ pub(crate) struct Connections {
     /// Whether a connection to the deployment was ever made (its handshake answered): until
     /// then an error is a misconfiguration to report at once, not an outage to ride through.
     reached: AtomicBool,
-}
-
-/// A call of one of the crate's scripts: the script, and its keys and arguments.
-pub(crate) struct ScriptCall {
-    script: &'static Script,
-    invocation: ScriptInvocation<'static>,
-}
-
-impl ScriptCall {
-    pub(crate) fn new(script: &'static Script) -> Self {
-        ScriptCall {
-            script,
-            invocation: script.prepare_invoke(),
-        }
-    }
-
-    pub(crate) fn key(mut self, key: impl redis::ToRedisArgs) -> Self {
-        self.invocation.key(key);
-        self
-    }
-
-    pub(crate) fn arg(mut self, arg: impl redis::ToRedisArgs) -> Self {
-        self.invocation.arg(arg);
-        self
-    }
-
-    /// Runs the call (`EVALSHA`, and the script's load when Redis lost it).
-    #[inline]
-    pub(crate) fn invoke<T: redis::FromRedisValue>(&self, c: &mut Conn) -> redis::RedisResult<T> {
-        let result = self.invocation.invoke(c);
-        // The script ran (its own error replies included): the server has it.
-        let ran = match &result {
-            Ok(_) => true,
-            Err(e) => matches!(e.kind(), redis::ErrorKind::Server(kind)
-                if kind != redis::ServerErrorKind::NoScript),
-        };
-        if ran {
-            c.saw_script(self.script.get_hash());
-        }
-        result
-    }
-
-    /// Runs the call and, in the same round trip, `WAIT replicas timeout`: its reply, and
-    /// how many replicas acknowledged the writes made on this connection so far (the call's
-    /// among them). A call that failed to run waited for nothing worth counting.
-    pub(crate) fn invoke_and_wait<T: redis::FromRedisValue>(
-        &self,
-        c: &mut Conn,
-        replicas: u32,
-        timeout: Duration,
-    ) -> redis::RedisResult<(T, i64)> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        pipe.invoke_script(&self.invocation);
-        pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
-        let mut replies: Vec<redis::Value> = pipe.query(c)?;
-        if replies.first().is_some_and(is_noscript) {
-            // Redis lost its scripts: load this one, and send both once more.
-            self.script.load(c)?;
-            replies = pipe.query(c)?;
-        }
-        let mut replies = replies.into_iter();
-        let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "a script call and WAIT got fewer than two replies",
-            )));
-        };
-        if let redis::Value::ServerError(e) = reply {
-            return Err(e.into());
-        }
-        c.saw_script(self.script.get_hash());
-        let acks = match acks {
-            redis::Value::ServerError(e) => return Err(e.into()),
-            acks => redis::from_redis_value(acks)?,
-        };
-        Ok((redis::from_redis_value(reply)?, acks))
-    }
-
-    /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply.
-    pub(crate) fn packed(&self) -> Vec<u8> {
-        let mut pipe = redis::pipe();
-        pipe.invoke_script(&self.invocation);
-        pipe.get_packed_pipeline()
-    }
 }
 
 /// One call of a batch: the route of its lock, and the script call.
@@ -465,15 +385,19 @@ impl Connections {
                 None => None,
             };
             *trips += 1;
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
+            let mut packed = Packed::with_capacity(128 * calls.len() + 32);
             for call in calls {
-                pipe.invoke_script(&call.invocation);
+                call.pack_into(&mut packed);
             }
             if let Some((replicas, timeout)) = ask {
-                pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+                packed
+                    .command(3)
+                    .bulk(b"WAIT")
+                    .number(u64::from(replicas))
+                    .number(millis(timeout));
             }
-            let mut replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
+            let query = |c: &mut Conn| c.req_packed_commands(packed.as_bytes(), 0, packed.len());
+            let mut replies = conn.call(doing, query)?;
             if replies.iter().any(is_noscript) {
                 // Redis lost its scripts: load each missing one, and send the batch once more.
                 let mut loaded: Vec<&str> = Vec::new();
@@ -486,7 +410,7 @@ impl Connections {
                     }
                 }
                 *trips += 1;
-                replies = conn.call(doing, |c| pipe.query::<Vec<redis::Value>>(c))?;
+                replies = conn.call(doing, query)?;
             }
             let acked = match ask {
                 Some((replicas, _)) => {
@@ -605,8 +529,4 @@ impl Connections {
     pub(crate) fn shutdown(&self, wait: bool) {
         self.deployment.shutdown(wait);
     }
-}
-
-fn is_noscript(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::ServerError(e) if e.code() == "NOSCRIPT")
 }

@@ -46,9 +46,9 @@ use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::Value;
+use redis::{ConnectionLike, Value};
 
-use crate::connection::{millis, Conn, ScriptCall, ServerFeatures, SetNxGet};
+use crate::connection::{each_reply, millis, Conn, Packed, ScriptCall, ServerFeatures, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
 use crate::lease::reply::{parse_version, AcquireReply};
@@ -195,27 +195,27 @@ pub(crate) fn packed(
         SetNxGet::Untried => true,
         SetNxGet::Taken => false,
     };
-    let pipe = take_commands((keys, token, lease_ms), probing);
-    Some((pipe.get_packed_pipeline(), if probing { 1 } else { 2 }))
+    let packed = take_commands((keys, token, lease_ms), probing);
+    let commands = packed.len();
+    Some((packed.into_bytes(), commands))
 }
 
 /// `SET lock token NX PX lease GET` and, unless `probing`, `INCR` of the fencing counter.
-fn take_commands(
-    (keys, token, lease_ms): (&LockKeys, &str, u64),
-    probing: bool,
-) -> redis::Pipeline {
-    let mut pipe = redis::pipe();
-    pipe.cmd("SET")
-        .arg(&keys.lock)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(lease_ms)
-        .arg("GET");
+fn take_commands((keys, token, lease_ms): (&LockKeys, &str, u64), probing: bool) -> Packed {
+    let mut packed = Packed::with_capacity(256);
+    packed
+        .command(7)
+        .bulk(b"SET")
+        .bulk(keys.lock.as_bytes())
+        .bulk(token.as_bytes())
+        .bulk(b"NX")
+        .bulk(b"PX")
+        .number(lease_ms)
+        .bulk(b"GET");
     if !probing {
-        pipe.cmd("INCR").arg(&keys.fence);
+        packed.command_of(&[b"INCR", keys.fence.as_bytes()]);
     }
-    pipe
+    packed
 }
 
 /// Records what the replies to [`packed`]'s commands tell of the server.
@@ -242,23 +242,27 @@ fn plain(
     beside: &Beside<'_>,
     probing: bool,
 ) -> redis::RedisResult<(Plain, Option<i64>)> {
-    let mut pipe = take_commands((keys, token, lease_ms), probing);
-    pipe.ignore_errors();
+    let mut packed = take_commands((keys, token, lease_ms), probing);
     for key in beside.payload.iter().flatten() {
-        pipe.cmd("GET").arg(key);
+        packed.command_of(&[b"GET", key.as_bytes()]);
     }
     if let Some(queue) = beside.queue {
-        pipe.cmd("LINDEX").arg(queue).arg(0);
+        packed.command_of(&[b"LINDEX", queue.as_bytes(), b"0"]);
     }
     if !beside.waits {
-        pipe.cmd("PTTL").arg(&keys.lock);
+        packed.command_of(&[b"PTTL", keys.lock.as_bytes()]);
     }
     if let Some((replicas, timeout)) = beside.replicas {
-        pipe.cmd("WAIT").arg(replicas).arg(millis(timeout));
+        packed
+            .command(3)
+            .bulk(b"WAIT")
+            .number(u64::from(replicas))
+            .number(millis(timeout));
     }
     // Each reply on its own: an error reply (a key of the wrong type, a server that refuses
     // the `SET`'s form) leaves the attempt to the script.
-    let mut replies: Vec<redis::RedisResult<Value>> = pipe.query(c)?;
+    let replies = c.req_packed_commands(packed.as_bytes(), 0, packed.len())?;
+    let mut replies = each_reply(replies);
     let acks = match beside.replicas {
         Some(_) => match replies.pop() {
             Some(Ok(Value::Int(acks))) => Some(acks),

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
@@ -82,7 +82,13 @@ pub(crate) struct RawLock {
     capacity: u32,
     /// How its holds pass between threads of the client, for a kind whose holds may.
     hand_off: Option<&'static dyn HandOff>,
+    /// The channel on which the lock's releases wake this client, and the message that
+    /// names it (if the channel is shared): made at the first acquire that may wait.
+    wake: OnceLock<Wake>,
 }
+
+/// A lock's wake channel and filter (see `Protocol::wake_channel`).
+type Wake = (Arc<str>, Option<Arc<str>>);
 
 impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
@@ -102,6 +108,7 @@ impl RawLock {
             units: 1,
             capacity: 1,
             hand_off: None,
+            wake: OnceLock::new(),
         }
     }
 
@@ -123,6 +130,7 @@ impl RawLock {
     pub(crate) fn with_bare_key(mut self) -> Self {
         let prefix = key_prefix(&self.ctx, self.protocol);
         self.keys = LockKeys::bare(&prefix, &self.name).map(Arc::new);
+        self.wake = OnceLock::new();
         self.lock_key = match &self.keys {
             Ok(k) => Arc::from(k.lock.as_str()),
             Err(_) => Arc::from(""),
@@ -187,6 +195,15 @@ impl RawLock {
                 validate_lease(lease).map(|()| lease)
             }
         }
+    }
+
+    /// The lock's wake channel and filter for this client, made once per handle.
+    fn wake(&self, keys: &LockKeys) -> &Wake {
+        self.wake.get_or_init(|| {
+            let client_id = self.ctx.tokens.client_uuid();
+            let channel = self.protocol.wake_channel(keys, client_id);
+            (channel, self.protocol.wake_filter(client_id))
+        })
     }
 
     fn is_fixed(&self) -> bool {
@@ -283,7 +300,7 @@ impl RawLock {
         deadline: Option<Instant>,
         may_wait: bool,
     ) -> Result<Option<LeaseGuard>> {
-        let token: Arc<str> = Arc::from(self.ctx.tokens.next());
+        let token: Arc<str> = self.ctx.tokens.next();
         match self.protocol.kind().waits {
             WaitStyle::Contend => self.acquire_contending(keys, lease, deadline, may_wait, &token),
             WaitStyle::Queue => self.acquire_queued(keys, lease, deadline, may_wait, token),
@@ -385,12 +402,10 @@ impl RawLock {
         lease: Duration,
         deadline: Option<Instant>,
         may_wait: bool,
-        token: &str,
+        token: &Arc<str>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let client_id = ctx.tokens.client_uuid();
-        let channel = self.protocol.wake_channel(keys, client_id);
-        let filter = self.protocol.wake_filter(client_id);
+        let (channel, filter) = self.wake(keys).clone();
         let told = Told::default();
         let attempt = |turn| self.attempt(keys, lease, token, (may_wait, turn, false), Some(&told));
         let take_over = |passed| self.take_passed(keys, passed, told.own_place());
@@ -478,7 +493,7 @@ impl RawLock {
         token: Arc<str>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
+        let channel = Arc::clone(&self.wake(keys).0);
         if may_wait {
             if let Some(sub) = ctx
                 .subscriber
@@ -574,7 +589,7 @@ impl RawLock {
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
-        token: &str,
+        token: &Arc<str>,
         (queue, turn, first): (bool, Turn, bool),
         told: Option<&Told>,
     ) -> Result<Attempt<LeaseGuard>> {
@@ -636,13 +651,13 @@ impl RawLock {
     fn acquired(
         &self,
         keys: &Arc<LockKeys>,
-        token: &str,
+        token: &Arc<str>,
         (fencing_token, expires_at): (u64, Instant),
         cohort: Option<(Cohort, bool)>,
         own_place: u64,
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
-        let token: Arc<str> = Arc::from(token);
+        let token = Arc::clone(token);
         let lease_state = LeaseState::new(expires_at);
         // Checked by every caller before it took the lock.
         let lease = self.lease()?;
@@ -704,7 +719,7 @@ impl RawLock {
     fn take_handed(
         &self,
         keys: &Arc<LockKeys>,
-        token: &str,
+        token: &Arc<str>,
         note: &str,
         contact: Option<Contact>,
     ) -> Option<LeaseGuard> {
@@ -740,7 +755,7 @@ impl RawLock {
     pub(crate) fn prepare_elsewhere(&self) -> Result<(&Arc<LockKeys>, Duration, Arc<str>)> {
         let keys = self.keys()?;
         let lease = self.lease()?;
-        Ok((keys, lease, Arc::from(self.ctx.tokens.next())))
+        Ok((keys, lease, self.ctx.tokens.next()))
     }
 
     /// The guard of this lock, taken with `token` by a script that took several locks at once
@@ -755,7 +770,13 @@ impl RawLock {
         let keys = self.keys()?;
         let lease = self.lease()?;
         let held_until = sent_at + self.ctx.counted(lease);
-        self.acquired(keys, token, (fencing_token, held_until), None, 0)
+        self.acquired(
+            keys,
+            &Arc::from(token),
+            (fencing_token, held_until),
+            None,
+            0,
+        )
     }
 
     /// Whether holds of this lock taken by one thread may be passed to another thread of
