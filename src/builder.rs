@@ -136,8 +136,8 @@ impl Builder {
         }
     }
 
-    /// The most connections the pool holds; each in-flight call uses one. The pool is r2d2's,
-    /// one per server (each Sentinel or Cluster master, each Redlock instance), and makes a
+    /// The most connections the pool holds; each in-flight call uses one. There is a pool
+    /// per server (each Sentinel or Cluster master, each Redlock instance); it makes a
     /// connection only when a caller finds none idle.
     ///
     /// Defaults to 16. Must be at least 1.
@@ -146,8 +146,7 @@ impl Builder {
         self
     }
 
-    /// How long a pooled connection may stay unused before it is closed (r2d2's
-    /// `idle_timeout`); `None` keeps idle connections open. Checked every 30 seconds.
+    /// How long a pooled connection may stay unused before it is closed; `None` keeps idle connections open. Checked every 30 seconds.
     ///
     /// Defaults to 10 minutes. Must not be zero.
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
@@ -155,8 +154,7 @@ impl Builder {
         self
     }
 
-    /// How old a pooled connection may grow before it is closed, once idle (r2d2's
-    /// `max_lifetime`); `None` keeps connections for as long as they work. Checked every 30
+    /// How old a pooled connection may grow before it is closed, once idle; `None` keeps connections for as long as they work. Checked every 30
     /// seconds.
     ///
     /// Defaults to 30 minutes. Must not be zero.

@@ -23,11 +23,11 @@ use serde::{de::DeserializeOwned, Serialize};
 /// the number of locks and waiters, each started when first needed: the renewal thread (once
 /// a lock needs renewal, or a failed call needs cleaning up after), a subscriber thread per
 /// server that has waiters (once a thread waits), and, for a Sentinel deployment, a listener
-/// for failovers. (Every pool of the process shares one more thread, r2d2's helper.) It is
-/// cheap to clone (an `Arc` inside), `Send` and `Sync`: make one per Redis and share it.
-/// Building one makes no connection; the first operation connects. Until a connection has
-/// been made, a call fails as [`check`](Client::check) does (at once when the connection is
-/// refused); after that, a blocking acquire rides through an outage for the
+/// for failovers. (Every pool of the process shares one more thread, which closes idle
+/// connections.) It is cheap to clone (an `Arc` inside), `Send` and `Sync`: make one per
+/// Redis and share it. Building one makes no connection; the first operation connects. Until
+/// a connection has been made, a call fails as [`check`](Client::check) does (at once when
+/// the connection is refused); after that, a blocking acquire rides through an outage for the
 /// [outage patience](crate::Builder::outage_patience).
 ///
 /// The background threads stop when the last handle is dropped: the last clone of the

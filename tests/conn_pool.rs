@@ -1,4 +1,4 @@
-//! The connection pool (r2d2, with slots whose connections their callers make) on a real
+//! The connection pool (lazy slots, whose connections their callers make) on a real
 //! `redis-server`: connections made only when needed and never more than the pool size,
 //! idle ones closed after `idle_timeout`, and a restart survived.
 
@@ -45,7 +45,7 @@ fn connections_are_made_when_needed_bounded_by_the_pool_and_closed_when_idle() {
     }
     assert!(most <= 3, "{most} connections for a pool of 3");
     assert!(connected(&server) > base, "no connection kept for reuse");
-    // Idle past the idle timeout: closed by r2d2's reaper (which looks every 30 s). The
+    // Idle past the idle timeout: closed by the pool's helper thread (which looks every 30 s). The
     // renewal thread uses one now and then (the client's announcement), which may be open.
     assert!(
         eventually(Duration::from_secs(75), || connected(&server) <= base + 1),

@@ -1,20 +1,19 @@
-//! Pooled connections to one Redis server: an r2d2 pool of lazy slots.
+//! Pooled connections to one Redis server: a pool of lazy slots.
 //!
-//! r2d2 makes a pool's members on its helper thread while the caller waits, and retries there
-//! when that fails: a server that refuses connections would cost the caller the whole
-//! checkout timeout. So what r2d2 pools here is a [`ConnSlot`], which the manager makes at once
-//! without any I/O; the caller that checks out a slot without a live connection connects in
-//! its own thread, within the connect timeout, and so hears "connection refused" at once.
+//! A slot is room for one connection, made at once without any I/O; the caller that checks
+//! out a slot without a live connection connects in its own thread, within the connect
+//! timeout, and so hears "connection refused" at once (a pool that connected on a helper
+//! thread, retrying there, would cost such a caller the whole checkout timeout).
 //!
-//! A slot whose connection failed at the transport level is emptied in place (rather than
-//! reported broken to r2d2, which would drop the slot and make the next caller wait for its
-//! helper thread to make another), and a connection seen *dropped* also retires every
-//! connection made before it: after a Redis restart they are all dead, and each is emptied
-//! when it is next checked out. r2d2 hands out idle slots last-in first-out (the connection
-//! used last is the one most likely alive), never tests them on checkout (no `PING`), and
-//! reaps slots idle past [`PoolSettings::idle_timeout`] or older than
-//! [`PoolSettings::max_lifetime`]. Its helper thread, which adds slots and reaps them, is one
-//! for every pool of the process ([`helper_thread`]).
+//! A slot whose connection failed at the transport level is emptied in place, and a
+//! connection seen *dropped* also retires every connection made before it: after a Redis
+//! restart they are all dead, and each is emptied when it is next checked out. Idle slots
+//! are handed out last-in first-out (the connection used last is the one most likely alive),
+//! never tested on checkout (no `PING`); a checkout and a return each take the pool's lock
+//! once, briefly, and read no clock but the return's. Every 30 seconds a helper thread, one
+//! for every pool of the process ([`helper_thread`]), closes the connections of slots idle
+//! past [`PoolSettings::idle_timeout`] or older than [`PoolSettings::max_lifetime`], and
+//! their slots go.
 //!
 //! A connection may carry replies still to be read (`conn.rs`): they live in its slot. The
 //! renewal thread reads what idle slots still carry ([`Pool::settle_idle`]).
@@ -23,8 +22,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-use scheduled_thread_pool::{OnPoolDropBehavior, ScheduledThreadPool};
+use parking_lot::{Condvar, Mutex};
+use scheduled_thread_pool::{JobHandle, OnPoolDropBehavior, ScheduledThreadPool};
 
 use super::conn::is_transport_error;
 use super::handshake::{ConnectFailure, Handshake};
@@ -36,14 +35,17 @@ use crate::error::{Doing, Error, ErrorKind, Result, Server};
 pub(crate) struct PoolSettings {
     /// The most connections the pool holds.
     pub(crate) size: u32,
-    /// An idle connection is closed after this long unused (r2d2's `idle_timeout`).
+    /// An idle connection is closed after this long unused.
     pub(crate) idle_timeout: Option<Duration>,
-    /// A connection is closed once this old, when idle (r2d2's `max_lifetime`).
+    /// A connection is closed once this old, when idle.
     pub(crate) max_lifetime: Option<Duration>,
 }
 
-/// The helper thread that every pool of the process shares (r2d2 adds slots and reaps idle
-/// ones there): started with the first pool, ended when the last pool is gone.
+/// How often idle slots are looked at, to close connections idle or old past their time.
+const REAP_EVERY: Duration = Duration::from_secs(30);
+
+/// The helper thread that every pool of the process shares (idle connections are closed
+/// there): started with the first pool, ended when the last pool is gone.
 fn helper_thread() -> Arc<ScheduledThreadPool> {
     static HELPER: Mutex<Weak<ScheduledThreadPool>> = Mutex::new(Weak::new());
     let mut helper = HELPER.lock();
@@ -62,40 +64,42 @@ fn helper_thread() -> Arc<ScheduledThreadPool> {
     thread
 }
 
-/// What r2d2 pools: room for one connection, made by the caller that needs it.
+/// Room for one connection, made by the caller that needs it.
 pub(crate) struct ConnSlot {
     conn: Option<Conn>,
     /// The number of the connection it holds, in the order the pool made them.
     number: u64,
+    /// When its connection was made.
+    born: Option<Instant>,
     /// The read timeout the connection has now.
     read_timeout: Duration,
     /// Counted among the pool's idle slots whose connection carries unread replies.
     carrying: bool,
 }
 
-/// Makes empty slots; a slot is never broken (its connection is replaced in place).
-struct SlotManager;
-
-impl r2d2::ManageConnection for SlotManager {
-    type Connection = ConnSlot;
-    type Error = std::convert::Infallible;
-
-    fn connect(&self) -> std::result::Result<ConnSlot, Self::Error> {
-        Ok(ConnSlot {
+impl ConnSlot {
+    fn empty() -> Self {
+        ConnSlot {
             conn: None,
             number: 0,
+            born: None,
             read_timeout: Duration::ZERO,
             carrying: false,
-        })
+        }
     }
+}
 
-    fn is_valid(&self, _: &mut ConnSlot) -> std::result::Result<(), Self::Error> {
-        Ok(())
-    }
+/// An idle slot, and since when.
+struct IdleSlot {
+    slot: ConnSlot,
+    since: Instant,
+}
 
-    fn has_broken(&self, _: &mut ConnSlot) -> bool {
-        false
-    }
+/// The pool's slots: the idle ones, last returned last, and how many are checked out.
+#[derive(Default)]
+struct Slots {
+    idle: Vec<IdleSlot>,
+    out: u32,
 }
 
 /// What a pool's checkouts share.
@@ -112,20 +116,37 @@ struct PoolState {
     carrying: AtomicUsize,
     /// What the server accepts, learned by its connections.
     features: Arc<ServerFeatures>,
+    slots: Mutex<Slots>,
+    /// Signalled when a slot comes back.
+    returned: Condvar,
+    settings: PoolSettings,
 }
 
 /// The connection pool of one server; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Pool {
-    slots: r2d2::Pool<SlotManager>,
     shared: Arc<PoolState>,
+    _reaper: Arc<Reaper>,
+}
+
+/// The pool's turn on the helper thread (which it keeps running), cancelled with the last
+/// clone of the pool.
+struct Reaper {
+    job: JobHandle,
+    _thread: Arc<ScheduledThreadPool>,
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.job.cancel();
+    }
 }
 
 /// A connection checked out of the [`Pool`]; its slot goes back when dropped, emptied if the
 /// connection broke. It keeps its pool alive, so that a deployment may replace a pool (after
 /// a failover) while connections of the old one are still in use.
 pub(crate) struct Checkout {
-    slot: r2d2::PooledConnection<SlotManager>,
+    slot: ConnSlot,
     shared: Arc<PoolState>,
     broken: bool,
 }
@@ -133,25 +154,30 @@ pub(crate) struct Checkout {
 impl Pool {
     pub(crate) fn new(redis: redis::Client, server: Server, settings: PoolSettings) -> Self {
         let size = settings.size.max(1);
-        let slots = r2d2::Pool::builder()
-            .max_size(size)
-            .min_idle(Some(0))
-            .test_on_check_out(false)
-            .connection_timeout(server.connect_timeout)
-            .idle_timeout(settings.idle_timeout)
-            .max_lifetime(settings.max_lifetime)
-            .thread_pool(helper_thread())
-            .build_unchecked(SlotManager);
+        let shared = Arc::new(PoolState {
+            handshake: Handshake::of(&redis),
+            server,
+            size,
+            made: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+            carrying: AtomicUsize::new(0),
+            features: Arc::default(),
+            slots: Mutex::new(Slots::default()),
+            returned: Condvar::new(),
+            settings,
+        });
+        let state = Arc::downgrade(&shared);
+        let thread = helper_thread();
+        let job = thread.execute_at_fixed_rate(REAP_EVERY, REAP_EVERY, move || {
+            if let Some(state) = state.upgrade() {
+                state.reap(Instant::now());
+            }
+        });
         Pool {
-            slots,
-            shared: Arc::new(PoolState {
-                handshake: Handshake::of(&redis),
-                server,
-                size,
-                made: AtomicU64::new(0),
-                epoch: AtomicU64::new(0),
-                carrying: AtomicUsize::new(0),
-                features: Arc::default(),
+            shared,
+            _reaper: Arc::new(Reaper {
+                job,
+                _thread: thread,
             }),
         }
     }
@@ -174,7 +200,7 @@ impl Pool {
             w.min(shared.server.connect_timeout)
         });
         let deadline = Instant::now() + limit;
-        let mut slot = self.slots.get_timeout(limit).map_err(|_| {
+        let slot = shared.take_slot(deadline).ok_or_else(|| {
             Error::new(
                 ErrorKind::Connection,
                 format!(
@@ -186,6 +212,13 @@ impl Pool {
             )
             .at_checkout()
         })?;
+        // Checked out from here: the slot goes back however this ends.
+        let mut checkout = Checkout {
+            slot,
+            shared: Arc::clone(shared),
+            broken: false,
+        };
+        let slot = &mut checkout.slot;
         if std::mem::take(&mut slot.carrying) {
             shared.carrying.fetch_sub(1, Ordering::Relaxed);
         }
@@ -195,13 +228,9 @@ impl Pool {
             slot.conn = None;
         }
         if slot.conn.is_none() {
-            shared.connect(&mut slot, deadline, doing)?;
+            shared.connect(slot, deadline, doing)?;
         }
-        Ok(Checkout {
-            slot,
-            shared: Arc::clone(shared),
-            broken: false,
-        })
+        Ok(checkout)
     }
 
     /// Reads the replies that idle connections still carry, and hands each to its handler
@@ -212,16 +241,25 @@ impl Pool {
         if shared.carrying.load(Ordering::Relaxed) == 0 {
             return;
         }
-        // Every idle slot, taken at once (r2d2 hands them out last-in first-out, so a slot
-        // given back would be the next one taken); those with nothing to read go back
-        // before any read.
-        let mut idle = Vec::new();
-        while let Some(slot) = self.slots.try_get() {
-            idle.push(slot);
-        }
-        let carrying: Vec<_> = idle.into_iter().filter(|slot| slot.carrying).collect();
-        for mut pooled in carrying {
-            let slot = &mut *pooled;
+        // The idle slots that carry replies, taken out at once; each goes back after its read.
+        let carrying: Vec<Checkout> = {
+            let mut slots = shared.slots.lock();
+            let (carrying, rest) = std::mem::take(&mut slots.idle)
+                .into_iter()
+                .partition(|idle| idle.slot.carrying);
+            slots.idle = rest;
+            slots.out += carrying.len() as u32;
+            carrying
+                .into_iter()
+                .map(|idle| Checkout {
+                    slot: idle.slot,
+                    shared: Arc::clone(shared),
+                    broken: false,
+                })
+                .collect()
+        };
+        for mut checkout in carrying {
+            let slot = &mut checkout.slot;
             slot.carrying = false;
             shared.carrying.fetch_sub(1, Ordering::Relaxed);
             let timeout = shared.server.response_timeout;
@@ -242,6 +280,68 @@ impl Pool {
 }
 
 impl PoolState {
+    /// An idle slot (the one returned last), or a new empty one while the pool has fewer
+    /// than its size; else waits for one to come back until `deadline` (`None` then).
+    fn take_slot(&self, deadline: Instant) -> Option<ConnSlot> {
+        let mut slots = self.slots.lock();
+        loop {
+            if let Some(idle) = slots.idle.pop() {
+                slots.out += 1;
+                return Some(idle.slot);
+            }
+            if slots.out + (slots.idle.len() as u32) < self.size {
+                slots.out += 1;
+                return Some(ConnSlot::empty());
+            }
+            if self.returned.wait_until(&mut slots, deadline).timed_out() {
+                return None;
+            }
+        }
+    }
+
+    /// Takes back a slot that was checked out.
+    fn give_back(&self, slot: ConnSlot) {
+        let since = Instant::now();
+        {
+            let mut slots = self.slots.lock();
+            slots.out = slots.out.saturating_sub(1);
+            slots.idle.push(IdleSlot { slot, since });
+        }
+        self.returned.notify_one();
+    }
+
+    /// Closes the connections of idle slots unused since before `now - idle_timeout`, or
+    /// made before `now - max_lifetime`; their slots go (a caller that needs one makes a
+    /// slot again). Their unread replies' handlers are told the outcome is unknown.
+    fn reap(&self, now: Instant) {
+        let PoolSettings {
+            idle_timeout,
+            max_lifetime,
+            ..
+        } = self.settings;
+        let expired = |idle: &IdleSlot| {
+            idle_timeout.is_some_and(|t| now.saturating_duration_since(idle.since) >= t)
+                || max_lifetime.is_some_and(|t| {
+                    idle.slot
+                        .born
+                        .is_some_and(|born| now.saturating_duration_since(born) >= t)
+                })
+        };
+        let reaped: Vec<IdleSlot> = {
+            let mut slots = self.slots.lock();
+            let (reaped, kept) = std::mem::take(&mut slots.idle)
+                .into_iter()
+                .partition(|idle| expired(idle));
+            slots.idle = kept;
+            reaped
+        };
+        let carrying = reaped.iter().filter(|idle| idle.slot.carrying).count();
+        self.carrying.fetch_sub(carrying, Ordering::Relaxed);
+        // Closed here, outside the pool's lock.
+        drop(reaped);
+        self.returned.notify_all();
+    }
+
     /// Makes the connection of `slot`, within `deadline`.
     fn connect(&self, slot: &mut ConnSlot, deadline: Instant, doing: Doing<'_>) -> Result<()> {
         let made = self.handshake.connect(deadline).and_then(|conn| {
@@ -254,6 +354,7 @@ impl PoolState {
             Ok(conn) => {
                 slot.conn = Some(Conn::new(conn, Arc::clone(&self.features)));
                 slot.number = self.made.fetch_add(1, Ordering::Relaxed);
+                slot.born = Some(Instant::now());
                 slot.read_timeout = self.server.response_timeout;
                 Ok(())
             }
@@ -310,7 +411,7 @@ impl Checkout {
         read_timeout: Option<Duration>,
         f: impl FnOnce(&mut Conn) -> redis::RedisResult<T>,
     ) -> redis::RedisResult<T> {
-        let slot = &mut *self.slot;
+        let slot = &mut self.slot;
         let Some(conn) = slot.conn.as_mut() else {
             return Err(redis::RedisError::from(std::io::Error::new(
                 std::io::ErrorKind::NotConnected,
@@ -377,19 +478,18 @@ impl Checkout {
 impl Drop for Checkout {
     fn drop(&mut self) {
         let shared = &self.shared;
-        let slot = &mut *self.slot;
-        let Some(conn) = slot.conn.as_ref() else {
-            return;
-        };
-        let stale = slot.number < shared.epoch.load(Ordering::Relaxed);
-        if self.broken || stale || !redis::ConnectionLike::is_open(conn) {
-            // Its unread replies' handlers are told that the outcome is unknown; the slot
-            // goes back empty, and its next user connects.
-            slot.conn = None;
-        } else if conn.has_unread() {
-            slot.carrying = true;
-            shared.carrying.fetch_add(1, Ordering::Relaxed);
+        let mut slot = std::mem::replace(&mut self.slot, ConnSlot::empty());
+        if let Some(conn) = slot.conn.as_ref() {
+            let stale = slot.number < shared.epoch.load(Ordering::Relaxed);
+            if self.broken || stale || !redis::ConnectionLike::is_open(conn) {
+                // Its unread replies' handlers are told that the outcome is unknown; the slot
+                // goes back empty, and its next user connects.
+                slot.conn = None;
+            } else if conn.has_unread() {
+                slot.carrying = true;
+                shared.carrying.fetch_add(1, Ordering::Relaxed);
+            }
         }
-        // The slot goes back to r2d2 when `self.slot` drops, after this.
+        shared.give_back(slot);
     }
 }
