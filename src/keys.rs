@@ -115,7 +115,10 @@ impl LockKeys {
 
     /// The channel on which a release names this client (a `Mutex`'s, a fair lock's).
     pub(crate) fn waiter_channel(&self, client_id: &str) -> Arc<str> {
-        Arc::from(format!("{}{client_id}", self.waiter_channel_prefix))
+        let mut channel = String::with_capacity(self.waiter_channel_prefix.len() + client_id.len());
+        channel.push_str(&self.waiter_channel_prefix);
+        channel.push_str(client_id);
+        Arc::from(channel)
     }
 }
 
