@@ -20,19 +20,24 @@ pub(crate) fn thread_id() -> u64 {
 /// Makes the tokens of one client.
 #[derive(Debug)]
 pub(crate) struct TokenSource {
-    client_uuid: String,
+    client_uuid: Arc<str>,
     sequence: AtomicU64,
 }
 
 impl TokenSource {
     pub(crate) fn new() -> Self {
         TokenSource {
-            client_uuid: uuid::Uuid::new_v4().simple().to_string(),
+            client_uuid: Arc::from(uuid::Uuid::new_v4().simple().to_string()),
             sequence: AtomicU64::new(1),
         }
     }
 
     pub(crate) fn client_uuid(&self) -> &str {
+        &self.client_uuid
+    }
+
+    /// The client's id, shared (a `Mutex`'s waiters filter their wake-ups by it).
+    pub(crate) fn client_id(&self) -> &Arc<str> {
         &self.client_uuid
     }
 

@@ -163,7 +163,7 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
     /// Contend style: the payload of the announcements that concern this client's waiters
     /// (`None`: every announcement on the wake channel does).
-    fn wake_filter(&self, _client_id: &str) -> Option<Arc<str>> {
+    fn wake_filter(&self, _client_id: &Arc<str>) -> Option<Arc<str>> {
         None
     }
 

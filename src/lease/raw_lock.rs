@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::cell::Cell;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::validate_lease;
@@ -82,13 +82,7 @@ pub(crate) struct RawLock {
     capacity: u32,
     /// How its holds pass between threads of the client, for a kind whose holds may.
     hand_off: Option<&'static dyn HandOff>,
-    /// The channel on which the lock's releases wake this client, and the message that
-    /// names it (if the channel is shared): made at the first acquire that may wait.
-    wake: OnceLock<Wake>,
 }
-
-/// A lock's wake channel and filter (see `Protocol::wake_channel`).
-type Wake = (Arc<str>, Option<Arc<str>>);
 
 impl RawLock {
     pub(crate) fn new(ctx: Arc<LockContext>, protocol: &'static dyn Protocol, name: &str) -> Self {
@@ -108,7 +102,6 @@ impl RawLock {
             units: 1,
             capacity: 1,
             hand_off: None,
-            wake: OnceLock::new(),
         }
     }
 
@@ -130,7 +123,6 @@ impl RawLock {
     pub(crate) fn with_bare_key(mut self) -> Self {
         let prefix = key_prefix(&self.ctx, self.protocol);
         self.keys = LockKeys::bare(&prefix, &self.name).map(Arc::new);
-        self.wake = OnceLock::new();
         self.lock_key = match &self.keys {
             Ok(k) => Arc::from(k.lock.as_str()),
             Err(_) => Arc::from(""),
@@ -195,15 +187,6 @@ impl RawLock {
                 validate_lease(lease).map(|()| lease)
             }
         }
-    }
-
-    /// The lock's wake channel and filter for this client, made once per handle.
-    fn wake(&self, keys: &LockKeys) -> &Wake {
-        self.wake.get_or_init(|| {
-            let client_id = self.ctx.tokens.client_uuid();
-            let channel = self.protocol.wake_channel(keys, client_id);
-            (channel, self.protocol.wake_filter(client_id))
-        })
     }
 
     fn is_fixed(&self) -> bool {
@@ -405,7 +388,9 @@ impl RawLock {
         token: &Arc<str>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let (channel, filter) = self.wake(keys).clone();
+        let client_id = ctx.tokens.client_id();
+        let channel = self.protocol.wake_channel(keys, client_id);
+        let filter = self.protocol.wake_filter(client_id);
         let told = Told::default();
         let attempt = |turn| self.attempt(keys, lease, token, (may_wait, turn, false), Some(&told));
         let take_over = |passed| self.take_passed(keys, passed, told.own_place());
@@ -493,7 +478,7 @@ impl RawLock {
         token: Arc<str>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let channel = Arc::clone(&self.wake(keys).0);
+        let channel = self.protocol.wake_channel(keys, ctx.tokens.client_uuid());
         if may_wait {
             if let Some(sub) = ctx
                 .subscriber

@@ -260,8 +260,8 @@ impl Protocol for MutexProtocol {
 
     /// A release names one waiting client (its id is the message), and only that client's
     /// leading waiter attempts.
-    fn wake_filter(&self, client_id: &str) -> Option<Arc<str>> {
-        Some(Arc::from(client_id))
+    fn wake_filter(&self, client_id: &Arc<str>) -> Option<Arc<str>> {
+        Some(Arc::clone(client_id))
     }
 
     /// Takes the client of `token` out of the lock's waiting clients, unless other threads of

@@ -135,7 +135,7 @@ impl Protocol for SharedProtocol {
         mutex::protocol().wake_channel(keys, client_id)
     }
 
-    fn wake_filter(&self, client_id: &str) -> Option<Arc<str>> {
+    fn wake_filter(&self, client_id: &Arc<str>) -> Option<Arc<str>> {
         mutex::protocol().wake_filter(client_id)
     }
 
