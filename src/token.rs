@@ -32,12 +32,8 @@ impl TokenSource {
         }
     }
 
-    pub(crate) fn client_uuid(&self) -> &str {
-        &self.client_uuid
-    }
-
     /// The client's id, shared (a `Mutex`'s waiters filter their wake-ups by it).
-    pub(crate) fn client_id(&self) -> &Arc<str> {
+    pub(crate) fn client_uuid(&self) -> &Arc<str> {
         &self.client_uuid
     }
 
@@ -97,7 +93,7 @@ mod tests {
         let a = source.next();
         let b = source.next();
         assert_ne!(a, b);
-        assert!(a.starts_with(source.client_uuid()));
+        assert!(a.starts_with(&**source.client_uuid()));
         let fields: Vec<&str> = a.split(':').collect();
         assert_eq!(fields.len(), 4, "{a}");
         assert_eq!(fields[1], thread_id().to_string());

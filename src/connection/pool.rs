@@ -107,7 +107,6 @@ struct PoolState {
     /// Makes the connections, within the connect timeout in all.
     handshake: Handshake,
     server: Server,
-    size: u32,
     /// The number of connections made so far.
     made: AtomicU64,
     /// Connections with a number below this were made before a connection was seen dropped.
@@ -119,6 +118,7 @@ struct PoolState {
     slots: Mutex<Slots>,
     /// Signalled when a slot comes back.
     returned: Condvar,
+    /// Its size (at least 1), and when its connections are closed.
     settings: PoolSettings,
 }
 
@@ -153,11 +153,13 @@ pub(crate) struct Checkout {
 
 impl Pool {
     pub(crate) fn new(redis: redis::Client, server: Server, settings: PoolSettings) -> Self {
-        let size = settings.size.max(1);
+        let settings = PoolSettings {
+            size: settings.size.max(1),
+            ..settings
+        };
         let shared = Arc::new(PoolState {
             handshake: Handshake::of(&redis),
             server,
-            size,
             made: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             carrying: AtomicUsize::new(0),
@@ -205,7 +207,7 @@ impl Pool {
                 ErrorKind::Connection,
                 format!(
                     "all {} connections to redis at {} stayed in use for {} while {doing}",
-                    shared.size,
+                    shared.settings.size,
                     shared.server.address,
                     crate::human_duration::Human(limit)
                 ),
@@ -244,10 +246,7 @@ impl Pool {
         // The idle slots that carry replies, taken out at once; each goes back after its read.
         let carrying: Vec<Checkout> = {
             let mut slots = shared.slots.lock();
-            let (carrying, rest) = std::mem::take(&mut slots.idle)
-                .into_iter()
-                .partition(|idle| idle.slot.carrying);
-            slots.idle = rest;
+            let carrying = take_idle(&mut slots, |idle| idle.slot.carrying);
             slots.out += carrying.len() as u32;
             carrying
                 .into_iter()
@@ -279,6 +278,15 @@ impl Pool {
     }
 }
 
+/// Takes the idle slots that `which` picks out of `slots`, the rest kept in their order.
+fn take_idle(slots: &mut Slots, which: impl Fn(&IdleSlot) -> bool) -> Vec<IdleSlot> {
+    let (taken, kept) = std::mem::take(&mut slots.idle)
+        .into_iter()
+        .partition(|idle| which(idle));
+    slots.idle = kept;
+    taken
+}
+
 impl PoolState {
     /// An idle slot (the one returned last), or a new empty one while the pool has fewer
     /// than its size; else waits for one to come back until `deadline` (`None` then).
@@ -289,7 +297,7 @@ impl PoolState {
                 slots.out += 1;
                 return Some(idle.slot);
             }
-            if slots.out + (slots.idle.len() as u32) < self.size {
+            if slots.out + (slots.idle.len() as u32) < self.settings.size {
                 slots.out += 1;
                 return Some(ConnSlot::empty());
             }
@@ -327,14 +335,7 @@ impl PoolState {
                         .is_some_and(|born| now.saturating_duration_since(born) >= t)
                 })
         };
-        let reaped: Vec<IdleSlot> = {
-            let mut slots = self.slots.lock();
-            let (reaped, kept) = std::mem::take(&mut slots.idle)
-                .into_iter()
-                .partition(|idle| expired(idle));
-            slots.idle = kept;
-            reaped
-        };
+        let reaped = take_idle(&mut self.slots.lock(), expired);
         let carrying = reaped.iter().filter(|idle| idle.slot.carrying).count();
         self.carrying.fetch_sub(carrying, Ordering::Relaxed);
         // Closed here, outside the pool's lock.

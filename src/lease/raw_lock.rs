@@ -388,7 +388,7 @@ impl RawLock {
         token: &Arc<str>,
     ) -> Result<Option<LeaseGuard>> {
         let ctx = &self.ctx;
-        let client_id = ctx.tokens.client_id();
+        let client_id = ctx.tokens.client_uuid();
         let channel = self.protocol.wake_channel(keys, client_id);
         let filter = self.protocol.wake_filter(client_id);
         let told = Told::default();
