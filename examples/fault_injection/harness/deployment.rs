@@ -127,6 +127,10 @@ impl LockDeployment {
                 deployment(nodes, sentinels)
             }
             Topology::Cluster => {
+                // A replica's first sync starts at once (not after the default 5 s): a
+                // master killed before its restarted replica synced leaves that replica
+                // unable to take over ever ("disconnected from master for longer than
+                // allowed": it never had a link to count its data's age from).
                 let extra: Vec<String> = [
                     "--cluster-enabled",
                     "yes",
@@ -134,6 +138,8 @@ impl LockDeployment {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "5000",
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
                 .map(String::from)
                 .to_vec();
@@ -415,7 +421,11 @@ impl LockDeployment {
                     match self.master_addr() {
                         Ok(addr) if addr != from => break addr,
                         _ if Instant::now() > deadline => {
-                            return Err(format!("no replica of {from} was promoted").into())
+                            return Err(format!(
+                                "no replica of {from} was promoted\n{}",
+                                self.cluster_report()
+                            )
+                            .into())
                         }
                         _ => std::thread::sleep(Duration::from_millis(100)),
                     }
@@ -488,6 +498,25 @@ impl LockDeployment {
                     .ok()
             });
         report.push_str(&format!("the asked sentinel's replicas: {replicas:?}"));
+        report
+    }
+
+    /// What every live node of a Cluster says of the cluster and where its log ends, for
+    /// the error of a failover that never came.
+    fn cluster_report(&self) -> String {
+        let mut report = String::new();
+        for node in &self.nodes {
+            let nodes: Option<String> = node
+                .connection(Duration::from_secs(2))
+                .ok()
+                .and_then(|mut c| redis::cmd("CLUSTER").arg("NODES").query(&mut c).ok());
+            report.push_str(&format!(
+                "--- {} CLUSTER NODES:\n{}\n--- its log ends:\n{}\n",
+                node.addr(),
+                nodes.as_deref().unwrap_or("no answer"),
+                node.log_tail(25)
+            ));
+        }
         report
     }
 
@@ -624,9 +653,9 @@ impl LockDeployment {
         Ok(())
     }
 
-    /// Every replica's link to its master is up (and, in a Cluster, every node says the
-    /// cluster is ok; under Sentinel, the sentinels know both replicas). On hosts, more: see
-    /// [`ready_on_hosts`](Self::ready_on_hosts).
+    /// Every replica's link to its master is up (and a Cluster is whole, see
+    /// [`cluster_whole`](Self::cluster_whole); under Sentinel, the sentinels know both
+    /// replicas). On hosts, more: see [`ready_on_hosts`](Self::ready_on_hosts).
     fn ready(&self) -> bool {
         if self.on_hosts {
             return self.ready_on_hosts();
@@ -637,10 +666,7 @@ impl LockDeployment {
         });
         let settled = match self.topology {
             Topology::Standalone | Topology::Redlock => true,
-            Topology::Cluster => self
-                .nodes
-                .iter()
-                .all(|n| field(n, &["CLUSTER", "INFO"], "cluster_state").as_deref() == Some("ok")),
+            Topology::Cluster => self.cluster_whole(),
             // The sentinels must see what the servers say, or a failover asked next finds
             // no replica it may promote.
             Topology::Sentinel => {
@@ -682,9 +708,7 @@ impl LockDeployment {
     /// Under Sentinel: every sentinel names the same master, sees it up with both replicas
     /// and the two other sentinels, and sees both replicas up; the master has both
     /// replicas and each follows it with its link up (an old master cut off and back is a
-    /// replica again). In a Cluster: every node says the cluster is ok and knows six
-    /// connected nodes, three masters and three replicas, none failing; every replica's link
-    /// is up.
+    /// replica again). A Cluster: [`cluster_whole`](Self::cluster_whole).
     fn ready_on_hosts(&self) -> bool {
         let info = |n: &RedisProcess, name: &str| field(n, &["INFO", "replication"], name);
         match self.topology {
@@ -707,36 +731,52 @@ impl LockDeployment {
                     }
                 })
             }
-            Topology::Cluster => self.nodes.iter().all(|n| {
-                if field(n, &["CLUSTER", "INFO"], "cluster_state").as_deref() != Some("ok") {
-                    return false;
-                }
-                let Ok(text) = n.connection(Duration::from_secs(2)).and_then(|mut c| {
-                    Ok(redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut c)?)
-                }) else {
-                    return false;
-                };
-                let lines: Vec<Vec<&str>> = text
-                    .lines()
-                    .map(|l| l.split_whitespace().collect())
-                    .collect();
-                let has = |l: &Vec<&str>, flag: &str| {
-                    l.get(2).is_some_and(|f| f.split(',').any(|x| x == flag))
-                };
-                lines.len() == 6
-                    && lines.iter().filter(|l| has(l, "master")).count() == 3
-                    && lines.iter().filter(|l| has(l, "slave")).count() == 3
-                    && lines.iter().all(|l| {
-                        !["fail", "fail?", "handshake", "noaddr"]
-                            .iter()
-                            .any(|flag| has(l, flag))
-                            && l.get(7) == Some(&"connected")
-                    })
-                    && (info(n, "role").as_deref() != Some("slave")
-                        || info(n, "master_link_status").as_deref() == Some("up"))
-            }),
+            Topology::Cluster => self.cluster_whole(),
             Topology::Standalone | Topology::Redlock => true,
         }
+    }
+
+    /// A Cluster is whole when every node says the cluster is ok and knows six connected
+    /// nodes, three masters and three replicas, none failing, and is itself a master with
+    /// its replica attached or a replica whose link is up (its first sync done). A killed
+    /// master started again claims its old slots until it hears of the new master; only
+    /// then does it follow, and sync: a deployment that counted it whole before would let
+    /// the next fault kill the new master while its only replica has no data to take over
+    /// with.
+    fn cluster_whole(&self) -> bool {
+        let info = |n: &RedisProcess, name: &str| field(n, &["INFO", "replication"], name);
+        self.nodes.iter().all(|n| {
+            if field(n, &["CLUSTER", "INFO"], "cluster_state").as_deref() != Some("ok") {
+                return false;
+            }
+            let Ok(text) = n.connection(Duration::from_secs(2)).and_then(|mut c| {
+                Ok(redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut c)?)
+            }) else {
+                return false;
+            };
+            let lines: Vec<Vec<&str>> = text
+                .lines()
+                .map(|l| l.split_whitespace().collect())
+                .collect();
+            let has = |l: &Vec<&str>, flag: &str| {
+                l.get(2).is_some_and(|f| f.split(',').any(|x| x == flag))
+            };
+            let itself = match info(n, "role").as_deref() {
+                Some("master") => info(n, "connected_slaves").as_deref() == Some("1"),
+                Some("slave") => info(n, "master_link_status").as_deref() == Some("up"),
+                _ => false,
+            };
+            itself
+                && lines.len() == 6
+                && lines.iter().filter(|l| has(l, "master")).count() == 3
+                && lines.iter().filter(|l| has(l, "slave")).count() == 3
+                && lines.iter().all(|l| {
+                    !["fail", "fail?", "handshake", "noaddr"]
+                        .iter()
+                        .any(|flag| has(l, flag))
+                        && l.get(7) == Some(&"connected")
+                })
+        })
     }
 }
 
