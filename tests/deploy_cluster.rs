@@ -301,6 +301,57 @@ fn a_lock_taken_while_its_slot_migrates_waits_for_the_move_within_its_deadline()
     assert!(exists(to_port), "the lock was not taken on the new master");
 }
 
+/// A `FairMutex`'s release hands the lock on with an announcement, and goes out behind a
+/// `PING` (so that Redis writes the announcement first). While its slot migrates, the
+/// release follows `ASK` to the importing node, where nothing may come between `ASKING` and
+/// the script: the release still hands the lock to the waiter there.
+#[test]
+fn a_fair_release_follows_ask_while_its_slot_migrates() {
+    let _one = one_cluster();
+    let cluster = ClusterDeployment::start();
+    let client = client(&cluster);
+    let key = "redmutex:{asked-fair}";
+    let queue = "redmutex:{asked-fair}:queue";
+    let to_port = cluster.other_master_than_of(key).port();
+    let to = cluster.nodes.iter().find(|n| n.port() == to_port).unwrap();
+    let exists_on = |node: &RedisServer, key: &str, asking: bool| -> i64 {
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING").ignore();
+        }
+        let (exists,): (i64,) = pipe
+            .cmd("EXISTS")
+            .arg(key)
+            .query(&mut node.conn())
+            .expect("EXISTS");
+        exists
+    };
+    let guard = client.fair_mutex("asked-fair").lock().unwrap();
+    // A waiter queues: every key the release script names exists (the importing node
+    // refuses a script over keys of the slot that it lacks, TRYAGAIN).
+    let c = client.clone();
+    let waiter = std::thread::spawn(move || c.fair_mutex("asked-fair").lock().map(drop));
+    let from = cluster.master_of(key);
+    assert!(
+        eventually(LIMIT, || exists_on(from, queue, false) == 1),
+        "the waiter never queued"
+    );
+    // The lock's keys move to the importing node; the old master answers ASK for them.
+    cluster.move_keys_of_slot_of(key, to);
+    assert_eq!(exists_on(to, key, true), 1, "the lock did not move");
+    // (A guard stays on its thread; the release has its response timeout per redirect.)
+    let released = guard.unlock();
+    assert!(released.is_ok(), "{released:?}");
+    assert_eq!(
+        (exists_on(to, key, true), exists_on(to, queue, true)),
+        (1, 0),
+        "the release did not hand the lock to the waiter"
+    );
+    cluster.finish_migrating_slot_of(key, to);
+    let taken = within(LIMIT, move || waiter.join().unwrap());
+    assert!(taken.is_ok(), "{taken:?}");
+}
+
 /// Whether the servers have sharded pub/sub (Redis 7.0 and later, Valkey); on Redis 6.2 the
 /// crate announces with classic pub/sub, which the cluster bus carries to every node.
 fn sharded_pubsub() -> bool {

@@ -40,6 +40,9 @@ pub(crate) struct Conn {
     scripts: Vec<&'static str>,
     /// What its server accepts, shared with the other connections to it.
     features: Arc<ServerFeatures>,
+    /// `ASKING` was sent for the next command (a Cluster slot being migrated): nothing may
+    /// come between them.
+    asking: bool,
 }
 
 impl Conn {
@@ -49,7 +52,20 @@ impl Conn {
             unread: VecDeque::new(),
             scripts: Vec::new(),
             features,
+            asking: false,
         }
+    }
+
+    /// Sends `ASKING`, so that the next command is served by a node that imports its slot.
+    pub(crate) fn ask(&mut self) -> redis::RedisResult<()> {
+        redis::cmd("ASKING").query::<()>(self)?;
+        self.asking = true;
+        Ok(())
+    }
+
+    /// Whether the next command must follow `ASKING` at once; true once, after [`ask`](Self::ask).
+    pub(crate) fn take_asking(&mut self) -> bool {
+        std::mem::take(&mut self.asking)
     }
 
     /// What the connection's server accepts.

@@ -221,8 +221,10 @@ impl Connections {
             let result = match asking {
                 false => conn.call(doing, &f),
                 true => conn.call(doing, |c| {
-                    redis::cmd("ASKING").query::<()>(c)?;
-                    f(c)
+                    c.ask()?;
+                    let result = f(c);
+                    c.take_asking();
+                    result
                 }),
             };
             let Err(e) = &result else {

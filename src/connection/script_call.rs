@@ -12,6 +12,9 @@ pub(crate) struct ScriptCall {
     pub(super) script: &'static Script,
     keys: Args,
     args: Args,
+    /// The script hands something over and announces it (a release that hands the lock to
+    /// the next waiter): see [`announcing`](Self::announcing).
+    announces: bool,
 }
 
 impl ScriptCall {
@@ -20,7 +23,24 @@ impl ScriptCall {
             script,
             keys: Args::with_capacity(192),
             args: Args::with_capacity(160),
+            announces: false,
         }
+    }
+
+    /// Marks a call whose script announces a hand-off (pub/sub) to a waiter that is asleep
+    /// until it hears of it: a call whose reply is awaited goes out behind a `PING`, so that
+    /// Redis writes the announcement before this call's reply.
+    ///
+    /// Redis writes the replies of one turn of its event loop newest client first: a script
+    /// that publishes and then replies puts the caller's reply ahead of the announcement, and
+    /// the caller, woken by it on the CPU that Redis runs on, takes that CPU before Redis has
+    /// written the announcement (it sends its next command first, on a machine with few
+    /// cores). The `PING`'s reply, pending before the script runs, puts the caller behind
+    /// the waiter. It costs Redis one command; the waiter is woken about one scheduling delay
+    /// sooner (docs/perf/notes.md).
+    pub(crate) fn announcing(mut self) -> Self {
+        self.announces = true;
+        self
     }
 
     pub(crate) fn key(mut self, key: impl redis::ToRedisArgs) -> Self {
@@ -45,23 +65,42 @@ impl ScriptCall {
             .args(&self.args);
     }
 
-    fn packed_call(&self) -> Packed {
+    /// The call to send and await on `c`: behind a `PING` when it announces, unless the
+    /// call must follow an `ASKING` at once. Gives how many replies come before the
+    /// script's.
+    fn packed_call(&self, c: &mut Conn) -> (Packed, usize) {
         // The command's header and the script's hash, its keys and arguments, and room for a
-        // `WAIT` after it.
-        let mut packed = Packed::with_capacity(96 + self.keys.len() + self.args.len());
+        // `PING` before it and a `WAIT` after it.
+        let mut packed = Packed::with_capacity(110 + self.keys.len() + self.args.len());
+        let before = usize::from(self.announces && !c.take_asking());
+        if before > 0 {
+            packed.command(1).bulk(b"PING");
+        }
         self.pack_into(&mut packed);
-        packed
+        (packed, before)
+    }
+
+    /// Sends the packed call and reads the script's reply, after the `before` replies of the
+    /// commands ahead of it.
+    fn request(c: &mut Conn, (packed, before): &(Packed, usize)) -> redis::RedisResult<Value> {
+        if *before == 0 {
+            return c.req_packed_command(packed.as_bytes());
+        }
+        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 1)?;
+        replies.pop().ok_or_else(|| {
+            redis::RedisError::from((redis::ErrorKind::Parse, "a script call got no reply"))
+        })
     }
 
     /// Runs the call (`EVALSHA`, and the script's load when Redis lost it).
     #[inline]
     pub(crate) fn invoke<T: redis::FromRedisValue>(&self, c: &mut Conn) -> redis::RedisResult<T> {
-        let packed = self.packed_call();
-        let mut reply = c.req_packed_command(packed.as_bytes());
+        let call = self.packed_call(c);
+        let mut reply = ScriptCall::request(c, &call);
         if reply.as_ref().map_or_else(is_noscript_error, is_noscript) {
             // Redis lost its scripts: load this one, and send the call once more.
             self.script.load(c)?;
-            reply = c.req_packed_command(packed.as_bytes());
+            reply = ScriptCall::request(c, &call);
         }
         // The script ran (its own error replies included): the server has it.
         let ran = match &reply {
@@ -84,19 +123,19 @@ impl ScriptCall {
         replicas: u32,
         timeout: Duration,
     ) -> redis::RedisResult<(T, i64)> {
-        let mut packed = self.packed_call();
+        let (mut packed, before) = self.packed_call(c);
         packed
             .command(3)
             .bulk(b"WAIT")
             .number(u64::from(replicas))
             .number(millis(timeout));
-        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, 2)?;
-        if replies.first().is_some_and(is_noscript) {
+        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
+        if replies.get(before).is_some_and(is_noscript) {
             // Redis lost its scripts: load this one, and send both once more.
             self.script.load(c)?;
-            replies = c.req_packed_commands(packed.as_bytes(), 0, 2)?;
+            replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
         }
-        let mut replies = replies.into_iter();
+        let mut replies = replies.into_iter().skip(before);
         let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Parse,
@@ -114,9 +153,12 @@ impl ScriptCall {
         Ok((redis::from_redis_value(reply)?, acks))
     }
 
-    /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply.
+    /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply (never
+    /// behind a `PING`: one reply is read for it).
     pub(crate) fn packed(&self) -> Vec<u8> {
-        self.packed_call().into_bytes()
+        let mut packed = Packed::with_capacity(96 + self.keys.len() + self.args.len());
+        self.pack_into(&mut packed);
+        packed.into_bytes()
     }
 }
 

@@ -141,6 +141,7 @@ impl FairProtocol {
             .arg(&keys.waiter_channel_prefix)
             .arg(if force { "force" } else { "release" })
             .arg(millis(HAND_OFF_CLAIM))
+            .announcing()
     }
 }
 
