@@ -302,7 +302,7 @@ fn a_lock_taken_while_its_slot_migrates_waits_for_the_move_within_its_deadline()
 }
 
 /// A `FairMutex`'s release hands the lock on with an announcement, and goes out behind a
-/// `PING` (so that Redis writes the announcement first). While its slot migrates, the
+/// `TIME` (so that Redis writes the announcement first). While its slot migrates, the
 /// release follows `ASK` to the importing node, where nothing may come between `ASKING` and
 /// the script: the release still hands the lock to the waiter there.
 #[test]

@@ -28,16 +28,18 @@ impl ScriptCall {
     }
 
     /// Marks a call whose script announces a hand-off (pub/sub) to a waiter that is asleep
-    /// until it hears of it: a call whose reply is awaited goes out behind a `PING`, so that
+    /// until it hears of it: a call whose reply is awaited goes out behind a `TIME`, so that
     /// Redis writes the announcement before this call's reply.
     ///
     /// Redis writes the replies of one turn of its event loop newest client first: a script
     /// that publishes and then replies puts the caller's reply ahead of the announcement, and
     /// the caller, woken by it on the CPU that Redis runs on, takes that CPU before Redis has
     /// written the announcement (it sends its next command first, on a machine with few
-    /// cores). The `PING`'s reply, pending before the script runs, puts the caller behind
-    /// the waiter. It costs Redis one command; the waiter is woken about one scheduling delay
-    /// sooner (docs/perf/notes.md).
+    /// cores). The `TIME`'s reply, pending before the script runs, puts the caller behind
+    /// the waiter; it is dropped. Any command would do: `TIME` is keyless, and one that the
+    /// documented ACL rules allow already (docs/guide/tls-and-acl.md). It costs Redis one
+    /// command in the same round trip; the waiter is woken about one scheduling delay sooner
+    /// (docs/perf/notes.md).
     pub(crate) fn announcing(mut self) -> Self {
         self.announces = true;
         self
@@ -65,16 +67,16 @@ impl ScriptCall {
             .args(&self.args);
     }
 
-    /// The call to send and await on `c`: behind a `PING` when it announces, unless the
+    /// The call to send and await on `c`: behind a `TIME` when it announces, unless the
     /// call must follow an `ASKING` at once. Gives how many replies come before the
     /// script's.
     fn packed_call(&self, c: &mut Conn) -> (Packed, usize) {
         // The command's header and the script's hash, its keys and arguments, and room for a
-        // `PING` before it and a `WAIT` after it.
+        // `TIME` before it and a `WAIT` after it.
         let mut packed = Packed::with_capacity(110 + self.keys.len() + self.args.len());
         let before = usize::from(self.announces && !c.take_asking());
         if before > 0 {
-            packed.command(1).bulk(b"PING");
+            packed.command(1).bulk(b"TIME");
         }
         self.pack_into(&mut packed);
         (packed, before)
@@ -154,7 +156,7 @@ impl ScriptCall {
     }
 
     /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply (never
-    /// behind a `PING`: one reply is read for it).
+    /// behind a `TIME`: one reply is read for it).
     pub(crate) fn packed(&self) -> Vec<u8> {
         let mut packed = Packed::with_capacity(96 + self.keys.len() + self.args.len());
         self.pack_into(&mut packed);
