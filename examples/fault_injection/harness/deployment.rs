@@ -480,10 +480,7 @@ impl LockDeployment {
     fn replication_report(&self) -> String {
         let mut report = String::new();
         for node in &self.nodes {
-            let info: Option<String> = node
-                .connection(Duration::from_secs(2))
-                .ok()
-                .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c).ok());
+            let info = text_of(node, &["INFO", "replication"]);
             let info = info.map_or_else(|| "no answer".to_owned(), |i| i.replace("\r\n", " "));
             report.push_str(&format!("{}: {info}\n", node.addr()));
         }
@@ -506,10 +503,7 @@ impl LockDeployment {
     fn cluster_report(&self) -> String {
         let mut report = String::new();
         for node in &self.nodes {
-            let nodes: Option<String> = node
-                .connection(Duration::from_secs(2))
-                .ok()
-                .and_then(|mut c| redis::cmd("CLUSTER").arg("NODES").query(&mut c).ok());
+            let nodes = text_of(node, &["CLUSTER", "NODES"]);
             report.push_str(&format!(
                 "--- {} CLUSTER NODES:\n{}\n--- its log ends:\n{}\n",
                 node.addr(),
@@ -749,9 +743,7 @@ impl LockDeployment {
             if field(n, &["CLUSTER", "INFO"], "cluster_state").as_deref() != Some("ok") {
                 return false;
             }
-            let Ok(text) = n.connection(Duration::from_secs(2)).and_then(|mut c| {
-                Ok(redis::cmd("CLUSTER").arg("NODES").query::<String>(&mut c)?)
-            }) else {
+            let Some(text) = text_of(n, &["CLUSTER", "NODES"]) else {
                 return false;
             };
             let lines: Vec<Vec<&str>> = text
@@ -783,14 +775,20 @@ impl LockDeployment {
 /// A field of the `field:value` text that `command` answers (`INFO replication`, `CLUSTER
 /// INFO`); `None` when the server does not answer.
 fn field(node: &RedisProcess, command: &[&str], name: &str) -> Option<String> {
-    let mut conn = node.connection(Duration::from_secs(5)).ok()?;
-    let text: String = redis::cmd(command[0])
-        .arg(&command[1..])
-        .query(&mut conn)
-        .ok()?;
-    text.lines()
+    text_of(node, command)?
+        .lines()
         .find_map(|l| l.strip_prefix(&format!("{name}:")))
         .map(|v| v.trim().to_owned())
+}
+
+/// The text that `command` answers (`INFO replication`, `CLUSTER NODES`); `None` when the
+/// server does not answer.
+fn text_of(node: &RedisProcess, command: &[&str]) -> Option<String> {
+    let mut conn = node.connection(Duration::from_secs(5)).ok()?;
+    redis::cmd(command[0])
+        .arg(&command[1..])
+        .query(&mut conn)
+        .ok()
 }
 
 /// What one sentinel says of the master.
