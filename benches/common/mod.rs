@@ -26,9 +26,10 @@ pub const ACQUIRE_LUA: &str = concat!(
 );
 
 pub const CRATE_RELEASE_LUA: &str = concat!(
+    include_str!("../../src/primitives/mutex/release.lua"),
     include_str!("../../src/lease/lua/announce.lua"),
     include_str!("../../src/primitives/mutex/waiters.lua"),
-    include_str!("../../src/primitives/mutex/release.lua"),
+    include_str!("../../src/primitives/mutex/release_to_waiting.lua"),
 );
 
 /// Whether this is a real measurement (`cargo bench`, which passes `--bench`) rather than

@@ -32,7 +32,7 @@ pub(crate) const MEMBER_LEASE: &str = include_str!("lua/member_lease.lua");
 /// later.
 pub(crate) const ANNOUNCE: &str = include_str!("lua/announce.lua");
 
-/// A script made of helpers and a body, in that order.
+/// A script made of its parts, in order: helpers before the code that calls them.
 pub(crate) fn compose(parts: &[&str]) -> Script {
     Script::new(&parts.concat())
 }

@@ -199,8 +199,14 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("mutex/acquire.lua")));
 
 /// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release.lua")]));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        include_str!("mutex/release.lua"),
+        ANNOUNCE,
+        WAITERS,
+        include_str!("mutex/release_to_waiting.lua"),
+    ])
+});
 
 /// The release of a guard's own hold, which sets the client's place among the waiting right:
 /// see `mutex/release_held.lua`.

@@ -2,13 +2,18 @@
 -- (if any) on the lock's channel: an uncontended release costs one command more than a plain
 -- compare-and-delete (the look at the waiting clients).
 --
+-- This is the script's start: the helpers (announce.lua, waiters.lua) and
+-- `release_to_waiting.lua` follow it. A release that finds no client waiting ends here, before
+-- the helpers' functions are made (Lua makes each `local function` anew at every call, and
+-- the set's `ZPOPMIN` makes a table even when it is empty).
+--
 -- KEYS[1]: the lock key; KEYS[2]: the waiting clients.
 -- ARGV[1]: the token; ARGV[2]: the release channel.
 -- Reply: 1 when deleted, 0 when the key held another token or was gone.
--- Needs announce.lua and waiters.lua.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  name_next(KEYS[2], ARGV[2], KEYS[1])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then
   return 1
 end
-return 0
