@@ -199,14 +199,8 @@ static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("mutex/acquire.lua")));
 
 /// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    compose(&[
-        include_str!("mutex/release.lua"),
-        ANNOUNCE,
-        WAITERS,
-        include_str!("mutex/release_to_waiting.lua"),
-    ])
-});
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| then_name_next(include_str!("mutex/release.lua")));
 
 /// The release of a guard's own hold, which sets the client's place among the waiting right:
 /// see `mutex/release_held.lua`.
@@ -221,11 +215,17 @@ static FORCE_RELEASE: LazyLock<Script> =
 static WITHDRAW: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/withdraw.lua")]));
 
-/// The release of a shared value, which names the next waiting client as a `Mutex`'s does
-/// (the body given).
-#[cfg(feature = "serde")]
-pub(crate) fn with_waiters(body: &str) -> Script {
-    compose(&[ANNOUNCE, WAITERS, body])
+/// A release that names the next waiting client (a `Mutex`'s, a shared value's): `head`
+/// releases, and returns when no client waits (KEYS[1]: the lock; KEYS[2]: the waiting
+/// clients; ARGV[2]: the release channel); the helpers and the naming follow, made only by
+/// a release that needs them (`mutex/release_to_waiting.lua`).
+pub(crate) fn then_name_next(head: &str) -> Script {
+    compose(&[
+        head,
+        ANNOUNCE,
+        WAITERS,
+        include_str!("mutex/release_to_waiting.lua"),
+    ])
 }
 
 impl Protocol for MutexProtocol {

@@ -22,7 +22,7 @@ use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::keys::{suffix, LockKeys};
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
-use crate::primitives::mutex::{self, taking_locks, with_waiters};
+use crate::primitives::mutex::{self, taking_locks, then_name_next};
 
 /// Takes the lock and reads the value: see `shared/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
@@ -33,7 +33,7 @@ const VERSION: &str = include_str!("shared/version.lua");
 
 /// Writes the value and releases: see `shared/release.lua`.
 static RELEASE_WITH: LazyLock<Script> =
-    LazyLock::new(|| with_waiters(&[VERSION, include_str!("shared/release.lua")].concat()));
+    LazyLock::new(|| then_name_next(&[VERSION, include_str!("shared/release.lua")].concat()));
 
 /// Writes the value and keeps the lock: see `shared/commit.lua`.
 static COMMIT: LazyLock<Script> =

@@ -9,7 +9,9 @@
 -- remove the value; an encoded value is never empty, it starts with its codec's tag);
 -- ARGV[4]: the holder's fencing token, kept as who wrote (or removed) the value.
 -- Reply: 1 when written (or removed) and released, 0 when the lock held another token or none
--- (nothing written). Needs announce.lua, mutex/waiters.lua and shared/version.lua.
+-- (nothing written). Needs shared/version.lua; as `mutex/release.lua`, it is the script's
+-- start, which returns when no client waits, and announce.lua, mutex/waiters.lua and
+-- mutex/release_to_waiting.lua follow it.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -21,5 +23,6 @@ end
 redis.call('SET', KEYS[5], ARGV[4])
 move_version(KEYS[4])
 redis.call('DEL', KEYS[1])
-name_next(KEYS[2], ARGV[2], KEYS[1])
-return 1
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return 1
+end
