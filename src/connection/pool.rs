@@ -66,7 +66,9 @@ fn helper_thread() -> Arc<ScheduledThreadPool> {
 
 /// Room for one connection, made by the caller that needs it.
 pub(crate) struct ConnSlot {
-    conn: Option<Conn>,
+    /// Boxed: a slot moves out of the pool and back at every checkout, and a connection
+    /// (redis-rs's, with its reader's state) is some hundreds of bytes to copy each way.
+    conn: Option<Box<Conn>>,
     /// The number of the connection it holds, in the order the pool made them.
     number: u64,
     /// When its connection was made.
@@ -353,7 +355,7 @@ impl PoolState {
         });
         match made {
             Ok(conn) => {
-                slot.conn = Some(Conn::new(conn, Arc::clone(&self.features)));
+                slot.conn = Some(Box::new(Conn::new(conn, Arc::clone(&self.features))));
                 slot.number = self.made.fetch_add(1, Ordering::Relaxed);
                 slot.born = Some(Instant::now());
                 slot.read_timeout = self.server.response_timeout;
