@@ -278,15 +278,15 @@ fn lock_space(lock: &LockKeys) -> redis::Pipeline {
         .arg(&lock.lock)
         .cmd("GET")
         .arg(&lock.fence)
-        .add_command(whole_list(&lock.queue))
-        .add_command(scored(&lock.timeouts))
+        .add_command(whole_list(lock.queue()))
+        .add_command(scored(lock.timeouts()))
         .add_command(scored(lock.beside(suffix::READERS)))
         .cmd("GET")
         .arg(lock.beside(suffix::WRITER_WAITING))
         .cmd("STRLEN")
         .arg(lock.beside(suffix::VALUE))
         .cmd("EXISTS")
-        .arg(&lock.poison);
+        .arg(lock.poison());
     pipe
 }
 
@@ -298,8 +298,8 @@ fn semaphore_space(sem: &LockKeys) -> redis::Pipeline {
         .add_command(scored(sem.beside(suffix::HOLDERS)))
         .cmd("HGETALL")
         .arg(sem.beside(suffix::HELD))
-        .add_command(whole_list(&sem.queue))
-        .add_command(scored(&sem.timeouts))
+        .add_command(whole_list(sem.queue()))
+        .add_command(scored(sem.timeouts()))
         .cmd("HGETALL")
         .arg(sem.beside(suffix::WANTS));
     pipe
@@ -316,7 +316,7 @@ fn listeners(c: &mut crate::connection::Conn, keys: &LockKeys) -> redis::RedisRe
         .arg(channel)
         .query(c);
     let classic: (String, u64) = redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query(c)?;
-    let own = format!("{}*", glob_escaped(&keys.waiter_channel_prefix));
+    let own = format!("{}*", glob_escaped(keys.waiter_channel_prefix()));
     let sharded_own: redis::RedisResult<Vec<String>> =
         redis::cmd("PUBSUB").arg("SHARDCHANNELS").arg(&own).query(c);
     let classic_own: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").arg(&own).query(c)?;

@@ -3,7 +3,7 @@
 //! Every key of lock `N` under prefix `P` carries the hash tag `{N}`, so that multi-key
 //! scripts stay on one slot of a Redis Cluster.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -79,8 +79,10 @@ pub(crate) fn semaphore_space(prefix: &str) -> String {
     format!("{prefix}:{SEMAPHORE_NAMESPACE}")
 }
 
-/// The keys and channel of one lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The keys and channel of one lock. A handle is often made per operation, so the keys
+/// that only some kinds or rare paths use (the poison record, a fair lock's queue, the
+/// waiters' channels) are made when first asked for.
+#[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
     /// `P:{N}` — a string holding the holder's token, with a PX expiry.
     pub(crate) lock: String,
@@ -93,36 +95,85 @@ pub(crate) struct LockKeys {
     /// `P:{N}:ch` — the channel on which a release is announced to every waiter (an
     /// `RwLock`'s, a semaphore's).
     pub(crate) channel: Arc<str>,
+    /// `P:{N}` when the lock key is elsewhere (a bare lock); `None` when it is the lock key.
+    space: Option<String>,
     /// `P:{N}:poison` — left by a holder whose thread panicked; see `PoisonInfo`.
-    pub(crate) poison: String,
+    poison: OnceLock<String>,
     /// `P:{N}:queue` — a fair lock's waiters, in arrival order.
-    pub(crate) queue: String,
+    queue: OnceLock<String>,
     /// `P:{N}:timeouts` — when each waiter of a fair lock counts as dead (server time, ms).
-    pub(crate) timeouts: String,
+    timeouts: OnceLock<String>,
     /// `P:{N}:ch:` — the channels that name one waiting client (a `Mutex`'s, a fair lock's)
     /// are this plus its id.
-    pub(crate) waiter_channel_prefix: String,
+    waiter_channel_prefix: OnceLock<String>,
+}
+
+/// `base` with `suffix` after it, in one allocation.
+fn joined(base: &str, suffix: &str) -> String {
+    let mut key = String::with_capacity(base.len() + suffix.len());
+    key.push_str(base);
+    key.push_str(suffix);
+    key
 }
 
 impl LockKeys {
     /// The key of a kind's own beside the lock key: `P:{N}<suffix>` (see [`suffix`]).
     pub(crate) fn beside(&self, suffix: &str) -> String {
-        let mut key = String::with_capacity(self.lock.len() + suffix.len());
-        key.push_str(&self.lock);
-        key.push_str(suffix);
-        key
+        joined(self.space(), suffix)
     }
 
-    /// The channel on which a release names this client (a `Mutex`'s, a fair lock's).
+    /// `P:{N}`, under which every key of the lock but a bare lock key lies.
+    fn space(&self) -> &str {
+        self.space.as_deref().unwrap_or(&self.lock)
+    }
+
+    fn made<'a>(&'a self, cell: &'a OnceLock<String>, suffix: &str) -> &'a str {
+        cell.get_or_init(|| self.beside(suffix))
+    }
+
+    /// `P:{N}:poison`.
+    pub(crate) fn poison(&self) -> &str {
+        self.made(&self.poison, suffix::POISON)
+    }
+
+    /// `P:{N}:queue`.
+    pub(crate) fn queue(&self) -> &str {
+        self.made(&self.queue, suffix::QUEUE)
+    }
+
+    /// `P:{N}:timeouts`.
+    pub(crate) fn timeouts(&self) -> &str {
+        self.made(&self.timeouts, suffix::TIMEOUTS)
+    }
+
+    /// `P:{N}:ch:`, which the channel of one waiting client starts with.
+    pub(crate) fn waiter_channel_prefix(&self) -> &str {
+        self.made(&self.waiter_channel_prefix, ":ch:")
+    }
+
+    /// The channel on which a release names this client (a `Mutex`'s, a fair lock's):
+    /// `P:{N}:ch:` and its id. Made at every contending acquire, so in one allocation (the
+    /// `Arc`'s) when it fits in a buffer on the stack.
     pub(crate) fn waiter_channel(&self, client_id: &str) -> Arc<str> {
-        let mut channel = String::with_capacity(self.waiter_channel_prefix.len() + client_id.len());
-        channel.push_str(&self.waiter_channel_prefix);
-        channel.push_str(client_id);
-        Arc::from(channel)
+        let parts = [self.space(), ":ch:", client_id];
+        let mut buffer = [0u8; 256];
+        let mut len = 0;
+        for part in parts {
+            let Some(room) = buffer.get_mut(len..len + part.len()) else {
+                return Arc::from(parts.concat());
+            };
+            room.copy_from_slice(part.as_bytes());
+            len += part.len();
+        }
+        match std::str::from_utf8(&buffer[..len]) {
+            Ok(channel) => Arc::from(channel),
+            Err(_) => Arc::from(parts.concat()),
+        }
     }
 }
 
 impl LockKeys {
+    /// The keys of the lock `name` under `prefix`: `prefix:{name}` and those beside it.
     pub(crate) fn new(prefix: &str, name: &str) -> Result<Self> {
         validate_name(name)?;
         // Plain concatenation: a handle is often made per operation, and `format!` would cost
@@ -132,20 +183,15 @@ impl LockKeys {
         lock.push_str(":{");
         lock.push_str(name);
         lock.push('}');
-        let with = |suffix: &str| {
-            let mut key = String::with_capacity(lock.len() + suffix.len());
-            key.push_str(&lock);
-            key.push_str(suffix);
-            key
-        };
         Ok(LockKeys {
-            fence: with(suffix::FENCE),
-            waiting: with(suffix::WAITING),
-            channel: Arc::from(with(":ch")),
-            poison: with(suffix::POISON),
-            queue: with(suffix::QUEUE),
-            timeouts: with(suffix::TIMEOUTS),
-            waiter_channel_prefix: with(":ch:"),
+            fence: joined(&lock, suffix::FENCE),
+            waiting: joined(&lock, suffix::WAITING),
+            channel: Arc::from(joined(&lock, ":ch")),
+            space: None,
+            poison: OnceLock::new(),
+            queue: OnceLock::new(),
+            timeouts: OnceLock::new(),
+            waiter_channel_prefix: OnceLock::new(),
             lock,
         })
     }
@@ -164,7 +210,7 @@ impl LockKeys {
             )));
         }
         let mut keys = LockKeys::new(prefix, key)?;
-        keys.lock = key.to_owned();
+        keys.space = Some(std::mem::replace(&mut keys.lock, key.to_owned()));
         Ok(keys)
     }
 }

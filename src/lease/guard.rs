@@ -150,7 +150,7 @@ impl LeaseGuard {
         let stored = self
             .ctx
             .lessor
-            .read(&hold.lock_key, &hold.keys.poison, doing)?;
+            .read(&hold.lock_key, hold.keys.poison(), doing)?;
         Ok(stored.map(|s| PoisonInfo::decode(&s)))
     }
 
@@ -162,7 +162,7 @@ impl LeaseGuard {
         let doing = self.doing("clearing the poison record of");
         self.ctx
             .lessor
-            .delete(&hold.lock_key, &hold.keys.poison, doing)
+            .delete(&hold.lock_key, hold.keys.poison(), doing)
     }
 
     /// Leaves the poison record on the way out of a panicking thread. Best effort: a failure
@@ -173,7 +173,7 @@ impl LeaseGuard {
         let record = PoisonInfo::here(&self.hold.token).encode();
         let call = ScriptCall::new(&scripts::MARK_POISONED)
             .key(&keys.lock)
-            .key(&keys.poison)
+            .key(keys.poison())
             .arg(&*self.hold.token)
             .arg(&record);
         let doing = self.doing("recording a panic on");

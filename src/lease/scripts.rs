@@ -72,8 +72,8 @@ pub(crate) fn queue_heartbeat(
     ttl: Duration,
 ) -> ScriptCall {
     let call = ScriptCall::new(&QUEUE_HEARTBEAT)
-        .key(&keys.timeouts)
-        .key(&keys.queue);
+        .key(keys.timeouts())
+        .key(keys.queue());
     let call = match wants {
         Some(wants) => call.key(wants),
         None => call,

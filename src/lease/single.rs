@@ -94,7 +94,7 @@ impl Single {
                 let beside = plain_take::Beside {
                     waits: call.queue,
                     queue: (protocol.plain_take(call) == PlainTake::WhenFreeOfQueue)
-                        .then_some(keys.queue.as_str()),
+                        .then_some(keys.queue()),
                     payload: protocol.plain_payload(keys),
                     replicas: asked,
                 };

@@ -131,14 +131,14 @@ impl FairProtocol {
         ScriptCall::new(script)
             .key(&keys.lock)
             .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.timeouts)
+            .key(keys.queue())
+            .key(keys.timeouts())
     }
 
     fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
         FairProtocol::call(&RELEASE, keys)
             .arg(token)
-            .arg(&keys.waiter_channel_prefix)
+            .arg(keys.waiter_channel_prefix())
             .arg(if force { "force" } else { "release" })
             .arg(millis(HAND_OFF_CLAIM))
             .announcing()
@@ -167,7 +167,7 @@ impl Protocol for FairProtocol {
             .arg(call.lease_ms())
             .arg(millis(call.waiter_timeout))
             .arg(if call.queue { "wait" } else { "try" })
-            .arg(&keys.waiter_channel_prefix)
+            .arg(keys.waiter_channel_prefix())
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -181,7 +181,7 @@ impl Protocol for FairProtocol {
     fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
         FairProtocol::call(&LEAVE, keys)
             .arg(token)
-            .arg(&keys.waiter_channel_prefix)
+            .arg(keys.waiter_channel_prefix())
             .arg(millis(HAND_OFF_CLAIM))
     }
 

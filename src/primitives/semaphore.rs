@@ -98,7 +98,7 @@ fn wants(keys: &LockKeys) -> String {
 /// `call` with a fair semaphore's queue keys added: the queue, the waiters' timeouts and the
 /// permits each wants.
 fn with_queue_keys(call: ScriptCall, keys: &LockKeys) -> ScriptCall {
-    call.key(&keys.queue).key(&keys.timeouts).key(wants(keys))
+    call.key(keys.queue()).key(keys.timeouts()).key(wants(keys))
 }
 
 /// Permits of a semaphore.
@@ -372,7 +372,7 @@ impl Semaphore {
             .arg(how)
             .arg(permits)
             .arg(&*keys.channel)
-            .arg(&keys.waiter_channel_prefix);
+            .arg(keys.waiter_channel_prefix());
         let doing = Doing::lock("counting the permits of", &self.name);
         let raw = self.raw.clone().with_units(1, self.permits);
         Ok(u32::try_from(raw.count(&call, doing)?).unwrap_or(u32::MAX))

@@ -47,7 +47,7 @@ fn call(script: &'static Script, keys: &LockKeys) -> ScriptCall {
 fn release_call(keys: &LockKeys, token: &str, force: bool) -> ScriptCall {
     call(&RELEASE, keys)
         .arg(token)
-        .arg(&keys.waiter_channel_prefix)
+        .arg(keys.waiter_channel_prefix())
         .arg(if force { "force" } else { "release" })
 }
 
@@ -65,7 +65,7 @@ impl Protocol for FairSemaphoreProtocol {
             .arg(acquire.capacity)
             .arg(millis(acquire.waiter_timeout))
             .arg(if acquire.queue { "wait" } else { "try" })
-            .arg(&keys.waiter_channel_prefix)
+            .arg(keys.waiter_channel_prefix())
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -79,7 +79,7 @@ impl Protocol for FairSemaphoreProtocol {
     fn abandon(&self, keys: &LockKeys, token: &str) -> ScriptCall {
         call(&LEAVE, keys)
             .arg(token)
-            .arg(&keys.waiter_channel_prefix)
+            .arg(keys.waiter_channel_prefix())
     }
 
     fn wake_channel(&self, keys: &LockKeys, client_id: &str) -> Arc<str> {

@@ -29,7 +29,7 @@ fn fair_script(name: &str) -> &'static redis::Script {
 
 /// The keys of the fair scripts: lock, fencing counter, queue, deadlines.
 fn keys() -> [&'static str; 4] {
-    [&KEYS.lock, &KEYS.fence, &KEYS.queue, &KEYS.timeouts]
+    [&KEYS.lock, &KEYS.fence, KEYS.queue(), KEYS.timeouts()]
 }
 
 fn token_text((c, t, left): Token) -> String {
@@ -75,7 +75,7 @@ fn run_step(
                 LONG_MS.to_string(),
                 LONG_MS.to_string(),
                 queue.to_owned(),
-                KEYS.waiter_channel_prefix.clone(),
+                KEYS.waiter_channel_prefix().to_owned(),
             ];
             let reply: Vec<i64> = eval(conn, fair_script("fair_mutex/acquire"), (&keys(), &args));
             match FairQueue::worker(after, (c, t)).now {
@@ -102,7 +102,7 @@ fn run_step(
             };
             let args = [
                 token_text(token),
-                KEYS.waiter_channel_prefix.clone(),
+                KEYS.waiter_channel_prefix().to_owned(),
                 "release".to_owned(),
                 LONG_MS.to_string(),
             ];
@@ -135,7 +135,7 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Option<i64>, st
         );
     }
     let queue: Vec<String> = redis::cmd("LRANGE")
-        .arg(KEYS.queue.as_str())
+        .arg(KEYS.queue())
         .arg(0)
         .arg(-1)
         .query(conn)
@@ -143,7 +143,7 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Option<i64>, st
     let predicted: Vec<String> = s.redis.queue.iter().copied().map(token_text).collect();
     assert_eq!(queue, predicted, "the queue, step {step}");
     let mut deadlines: Vec<String> = redis::cmd("ZRANGE")
-        .arg(KEYS.timeouts.as_str())
+        .arg(KEYS.timeouts())
         .arg(0)
         .arg(-1)
         .query(conn)
@@ -152,11 +152,7 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Option<i64>, st
     deadlines.sort();
     queued.sort();
     assert_eq!(deadlines, queued, "the waiters' deadlines, step {step}");
-    for key in [
-        KEYS.lock.as_str(),
-        KEYS.queue.as_str(),
-        KEYS.timeouts.as_str(),
-    ] {
+    for key in [KEYS.lock.as_str(), KEYS.queue(), KEYS.timeouts()] {
         let ttl: i64 = redis::cmd("PTTL").arg(key).query(conn).unwrap();
         assert!(ttl == -2 || ttl > 0, "{key} does not expire (step {step})");
     }
