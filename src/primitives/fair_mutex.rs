@@ -10,7 +10,9 @@ use redis::Script;
 use crate::connection::millis;
 use crate::connection::ScriptCall;
 use crate::keys::LockKeys;
-use crate::lease::scripts::{queue_heartbeat, with_fence, ANNOUNCE, HOLDER};
+use crate::lease::scripts::{
+    compose, queue_heartbeat, with_fence, ANNOUNCE, ERRORS, FENCE, HOLDER,
+};
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock, HAND_OFF_CLAIM};
 use crate::primitives::lock::{Fair, Lock};
 
@@ -98,17 +100,17 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Releases (or forcibly releases) and hands the lock to the next waiter: see
-/// `fair_mutex/release.lua`.
+/// `fair_mutex/release.lua`, which ends before the helpers when nobody queues.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    with_fence(
-        &[
-            HOLDER,
-            ANNOUNCE,
-            QUEUE,
-            include_str!("fair_mutex/release.lua"),
-        ]
-        .concat(),
-    )
+    compose(&[
+        include_str!("fair_mutex/release.lua"),
+        ERRORS,
+        FENCE,
+        HOLDER,
+        ANNOUNCE,
+        QUEUE,
+        include_str!("fair_mutex/release_handing_on.lua"),
+    ])
 });
 
 /// Leaves the queue and the lock for good: see `fair_mutex/leave.lua`.
