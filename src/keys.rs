@@ -119,7 +119,7 @@ fn joined(base: &str, suffix: &str) -> String {
 impl LockKeys {
     /// The key of a kind's own beside the lock key: `P:{N}<suffix>` (see [`suffix`]).
     pub(crate) fn beside(&self, suffix: &str) -> String {
-        joined(self.space(), suffix)
+        joined(&self.lock, suffix)
     }
 
     /// `P:{N}`, under which every key of the lock but a bare lock key lies.
@@ -127,8 +127,9 @@ impl LockKeys {
         self.space.as_deref().unwrap_or(&self.lock)
     }
 
+    /// `P:{N}<suffix>`, made at the first call.
     fn made<'a>(&'a self, cell: &'a OnceLock<String>, suffix: &str) -> &'a str {
-        cell.get_or_init(|| self.beside(suffix))
+        cell.get_or_init(|| joined(self.space(), suffix))
     }
 
     /// `P:{N}:poison`.
@@ -256,6 +257,24 @@ mod tests {
         assert_eq!(k.fence, "redmutex:{orders:42}:fence");
         assert_eq!(k.waiting, "redmutex:{orders:42}:waiting");
         assert_eq!(&*k.channel, "redmutex:{orders:42}:ch");
+    }
+
+    #[test]
+    fn keys_made_on_first_use_lie_under_the_name_also_for_a_bare_key() {
+        let k = LockKeys::new("redmutex", "orders:42").unwrap();
+        assert_eq!(k.poison(), "redmutex:{orders:42}:poison");
+        assert_eq!(k.queue(), "redmutex:{orders:42}:queue");
+        assert_eq!(k.timeouts(), "redmutex:{orders:42}:timeouts");
+        assert_eq!(&*k.waiter_channel("c1"), "redmutex:{orders:42}:ch:c1");
+        let long_id = "i".repeat(300);
+        let channel = k.waiter_channel(&long_id);
+        assert_eq!(&*channel, format!("redmutex:{{orders:42}}:ch:{long_id}"));
+        let bare = LockKeys::bare("redmutex", "export").unwrap();
+        assert_eq!(bare.lock, "export");
+        assert_eq!(bare.fence, "redmutex:{export}:fence");
+        assert_eq!(bare.poison(), "redmutex:{export}:poison");
+        assert_eq!(bare.waiter_channel_prefix(), "redmutex:{export}:ch:");
+        assert_eq!(&*bare.waiter_channel("c1"), "redmutex:{export}:ch:c1");
     }
 
     #[test]
