@@ -82,14 +82,19 @@ struct FairProtocol;
 
 static PROTOCOL: FairProtocol = FairProtocol;
 
-/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua` (needs `HOLDER` and
-/// `ANNOUNCE`).
+/// The queue helpers the fair scripts share: see `fair_mutex/queue.lua` (needs `IDLE_FENCE`,
+/// `HOLDER` and `ANNOUNCE`).
 const QUEUE: &str = include_str!("fair_mutex/queue.lua");
+
+/// How long a fencing counter outlives its freed lock: see `fair_mutex/idle_fence.lua` (a
+/// constant that `QUEUE` and the release's start use).
+const IDLE_FENCE: &str = include_str!("fair_mutex/idle_fence.lua");
 
 /// Takes the lock when it is our turn, else queues: see `fair_mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     with_fence(
         &[
+            IDLE_FENCE,
             HOLDER,
             ANNOUNCE,
             QUEUE,
@@ -103,6 +108,7 @@ static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 /// `fair_mutex/release.lua`, which ends before the helpers when nobody queues.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     compose(&[
+        IDLE_FENCE,
         include_str!("fair_mutex/release.lua"),
         ERRORS,
         FENCE,
@@ -117,6 +123,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 static LEAVE: LazyLock<Script> = LazyLock::new(|| {
     with_fence(
         &[
+            IDLE_FENCE,
             HOLDER,
             ANNOUNCE,
             QUEUE,

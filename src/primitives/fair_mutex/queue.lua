@@ -2,8 +2,8 @@
 -- lock keeps `P:{N}:queue`, a list of waiter tokens in arrival order, and `P:{N}:timeouts`, a
 -- sorted set of the same tokens scored by when each waiter counts as dead (server time in
 -- ms). A waiter's channel is `P:{N}:ch:<client id>`, and the message starts with its token,
--- so that a release wakes the next waiter only. Needs errors.lua, fence.lua, holder.lua and
--- announce.lua.
+-- so that a release wakes the next waiter only. Needs errors.lua, fence.lua, holder.lua,
+-- announce.lua and idle_fence.lua.
 -- Drops dead waiters from the head of the queue; returns the live head (or nil). `head`: the
 -- queue's first entry when the caller read it already.
 local function live_head(queue, timeouts, now, head)
@@ -19,10 +19,6 @@ local function live_head(queue, timeouts, now, head)
   end
   return nil
 end
--- How long a fencing counter is kept after its lock was freed with nobody waiting: a lock
--- taken again within that time counts on (one `INCR`); after it the counter is gone and the
--- next take seeds it from the server's clock again, as after a restart.
-local IDLE_FENCE_MS = 60000
 -- The lock is to be freed (the caller checked that it may be): hand it to the next live
 -- waiter, or remove every key when nobody is left (the fencing counter a minute later).
 -- The waiter gets the lock for a claim of `claim_ms` only, so that one that died before its

@@ -1,7 +1,7 @@
 -- Release a fair lock (if it holds our token, or whoever holds it when forced) and hand it to
 -- the next live waiter; when nobody waits, remove every key of the lock.
 --
--- This is the script's start: the helpers (errors.lua, fence.lua, holder.lua, announce.lua,
+-- This is the script's start (after idle_fence.lua, a constant): the helpers (errors.lua, fence.lua, holder.lua, announce.lua,
 -- queue.lua) and `release_handing_on.lua` follow it. The release of our own hold that finds
 -- nobody queued ends here, before the helpers' functions are made (Lua makes each anew at
 -- every call), doing what `hand_on` does when nobody waits.
@@ -13,7 +13,6 @@
 if ARGV[3] ~= 'force' and redis.call('EXISTS', KEYS[3]) == 0
     and redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1], KEYS[4])
-  -- IDLE_FENCE_MS of queue.lua.
-  redis.call('PEXPIRE', KEYS[2], 60000)
+  redis.call('PEXPIRE', KEYS[2], IDLE_FENCE_MS)
   return 1
 end
