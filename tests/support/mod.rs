@@ -11,6 +11,7 @@ pub mod python;
 pub mod sentinel;
 pub mod tls;
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -103,21 +104,57 @@ pub fn version_of(binary: &str) -> ServerVersion {
 
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
+/// The ports this process handed out, and their bus ports: none is handed out twice. The
+/// kernel offers a port that nobody uses again at once, so two tests that start servers at
+/// the same moment could otherwise be given the same one, and the second server, failing to
+/// bind, would seem to answer with the first.
+static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+
 /// A free loopback port whose port + 10000 is free too: a Cluster node listens there for its
 /// bus, and under load the kernel hands out that port to outgoing connections as well (a
 /// node whose bus port is taken exits at once, and the kernel would offer the same port
-/// again).
+/// again). Never one that this process handed out before.
 pub fn free_port() -> u16 {
     loop {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
         let port = listener.local_addr().expect("local addr").port();
-        let bus_free = port
-            .checked_add(10000)
-            .is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok());
-        if bus_free {
+        let Some(bus) = port.checked_add(10000) else {
+            continue;
+        };
+        if TcpListener::bind(("127.0.0.1", bus)).is_err() {
+            continue;
+        }
+        let mut handed_out = HANDED_OUT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !handed_out.contains(&port) && !handed_out.contains(&bus) {
+            handed_out.extend([port, bus]);
             return port;
         }
     }
+}
+
+/// The process id of the server that answers on `port` (from `INFO server`), `None` when
+/// none answers or it does not say (it wants a password).
+pub fn process_on(port: u16) -> Option<u32> {
+    let timeout = Duration::from_millis(500);
+    let addr = format!("127.0.0.1:{port}").parse().ok()?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    stream.set_read_timeout(Some(timeout)).ok()?;
+    stream.set_write_timeout(Some(timeout)).ok()?;
+    stream
+        .write_all(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+        .ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let len: usize = line.trim_end().strip_prefix('$')?.parse().ok()?;
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    String::from_utf8_lossy(&body)
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// `n` standalone servers, each on its own free port (a Redlock's instances).
@@ -211,7 +248,9 @@ impl RedisServer {
                     return Err(format!("redis-server exited with {status}"));
                 }
             }
-            if self.ping() {
+            // The server that answers must be this one: another process on the port (one
+            // that took it first) would answer while this one fails to bind and exits.
+            if self.ping() && process_on(self.port).is_none_or(|pid| Some(pid) == self.pid()) {
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));

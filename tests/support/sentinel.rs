@@ -61,7 +61,10 @@ impl SentinelProcess {
         let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_millis(500)) else {
             return false;
         };
+        // The sentinel that answers must be this one, not another process on the port.
         redis::cmd("PING").query::<String>(&mut conn).is_ok()
+            && super::process_on(self.port)
+                .is_some_and(|pid| Some(pid) == self.child.as_ref().map(Child::id))
     }
 
     /// `redis://127.0.0.1:<port>/`
