@@ -79,15 +79,19 @@ fn main() -> AnyResult<()> {
         second.term,
         after.as_millis()
     );
+    // The new leader's first tick comes a round trip after its election: the instances are
+    // stopped once it is recorded (or after ten seconds without it).
+    let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut by = ticks_by(&mut conn, &name)?;
+    while by.as_deref() != Some(second.value.as_str()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        by = ticks_by(&mut conn, &name)?;
+    }
     for (_, mut child) in instances {
         child.kill()?;
         child.wait()?;
     }
-    let mut conn = redis::Client::open(url.as_str())?.get_connection()?;
-    let by: Option<String> = redis::cmd("HGET")
-        .arg(format!("{name}:ticks"))
-        .arg("by")
-        .query(&mut conn)?;
     let _: () = redis::cmd("DEL")
         .arg(format!("{name}:ticks"))
         .query(&mut conn)?;
@@ -100,6 +104,14 @@ fn main() -> AnyResult<()> {
     } else {
         Err(format!("no clean take-over: {first:?} then {second:?}, ticks by {by:?}").into())
     }
+}
+
+/// The instance whose tick was recorded last.
+fn ticks_by(conn: &mut redis::Connection, name: &str) -> AnyResult<Option<String>> {
+    Ok(redis::cmd("HGET")
+        .arg(format!("{name}:ticks"))
+        .arg("by")
+        .query(conn)?)
 }
 
 /// The next leader the observer tells of.
