@@ -327,6 +327,46 @@ fn a_release_hands_the_lock_to_the_next_waiter_which_owns_it_without_an_attempt(
     assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
 }
 
+/// A release goes out behind a `TIME` (so that Redis writes the hand-off's announcement
+/// before the releaser's reply) only when the hold was taken after a wait: a lock taken at
+/// once, with nobody queued, is most likely released to nobody.
+#[test]
+fn only_a_hold_taken_after_a_wait_is_released_behind_a_time() {
+    let server = RedisServer::start();
+    let holder = Client::open(server.url()).unwrap();
+    let waiter = Client::open(server.url()).unwrap();
+    let m = holder.fair_mutex("line");
+    drop(m.lock().unwrap()); // the fencing counter is started: later takes are plain
+    let before = server.command_calls("time");
+    for _ in 0..20 {
+        m.lock().unwrap().unlock().unwrap();
+    }
+    let uncontended = server.command_calls("time") - before;
+    // Before, each of the 20 releases sent one; a few may come from elsewhere (a script
+    // reading the clock, the client's background work).
+    assert!(uncontended < 10, "{uncontended} TIME calls for 20 releases");
+    let g = m.lock().unwrap();
+    let w = waiter.fair_mutex("line");
+    let (taken, go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let t = std::thread::spawn(move || {
+        let handed = w.try_lock_for(LIMIT).unwrap().expect("handed over");
+        taken.0.send(()).unwrap();
+        go.1.recv_timeout(LIMIT).unwrap();
+        handed.unlock().unwrap();
+    });
+    assert!(eventually(LIMIT, || queue_len(&server) == 1));
+    g.unlock().unwrap();
+    taken
+        .1
+        .recv_timeout(LIMIT)
+        .expect("the waiter took the lock");
+    let before = server.command_calls("time");
+    go.0.send(()).unwrap();
+    within(LIMIT, move || t.join().unwrap());
+    assert!(server.command_calls("time") > before);
+    assert!(keys_left(&server).is_empty(), "{:?}", keys_left(&server));
+}
+
 #[test]
 fn a_waiter_with_a_fixed_lease_takes_a_handed_over_lock_with_one_attempt() {
     let server = RedisServer::start();

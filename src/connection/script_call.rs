@@ -45,6 +45,16 @@ impl ScriptCall {
         self
     }
 
+    /// Keeps the [`announcing`](Self::announcing) mark only when the call `likely` hands
+    /// something over: a release of a lock taken at once, with nobody waiting then, most
+    /// likely hands nothing over, and its `TIME` would cost Redis a command and the caller a
+    /// reply for nothing. When it does hand the lock on, the waiter is woken all the same,
+    /// about one scheduling delay later.
+    pub(crate) fn announcing_only_if(mut self, likely: bool) -> Self {
+        self.announces &= likely;
+        self
+    }
+
     pub(crate) fn key(mut self, key: impl redis::ToRedisArgs) -> Self {
         self.keys.push(key);
         self

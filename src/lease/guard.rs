@@ -543,7 +543,11 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
             place == Place::Keep,
             ctx.renewal.lease() * 2,
         ),
-        _ => hold.protocol.release(&hold.keys, &hold.token),
+        // A hold taken at a first attempt is most likely released to nobody.
+        _ => hold
+            .protocol
+            .release(&hold.keys, &hold.token)
+            .announcing_only_if(hold.after_wait),
     }
 }
 

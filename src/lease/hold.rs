@@ -58,6 +58,9 @@ pub(crate) struct Hold {
     /// The score of a place among the waiting that the attempts of the thread made while a
     /// sibling held the lock (0: none): this hold's release gives it up (`mutex/take.lua`).
     pub(crate) own_place: u64,
+    /// Taken after a wait (by an attempt after the first, or handed over in a queue): others
+    /// wanted the lock then, and its release most likely hands it on.
+    pub(crate) after_wait: bool,
 }
 
 impl Hold {

@@ -612,7 +612,7 @@ impl RawLock {
                 let cohort = self.passes_on().then(|| (Cohort::start(), !first));
                 let own_place = told.map_or(0, Told::own_place);
                 let at = (fencing_token, held_until);
-                let guard = self.acquired(keys, token, at, cohort, own_place)?;
+                let guard = self.acquired(keys, token, at, cohort, (own_place, !first))?;
                 Ok(Attempt::Acquired(guard.with_payload(payload)))
             }
             Attempted::Held {
@@ -632,14 +632,15 @@ impl RawLock {
     /// The guard of a lock taken with `token`, surely held until `expires_at`, registered for
     /// renewal when its lease is not fixed; a lock that cannot be renewed is given back.
     /// `cohort`: for a hold that may be passed on, its run, and whether it was taken after a
-    /// wait (see [`Gates::hold_begins`](crate::waiting::Gates::hold_begins)).
+    /// wait (see [`Gates::hold_begins`](crate::waiting::Gates::hold_begins)); `own_place`
+    /// (see [`Hold::own_place`]) and whether it was taken after a wait.
     fn acquired(
         &self,
         keys: &Arc<LockKeys>,
         token: &Arc<str>,
         (fencing_token, expires_at): (u64, Instant),
         cohort: Option<(Cohort, bool)>,
-        own_place: u64,
+        (own_place, after_wait): (u64, bool),
     ) -> Result<LeaseGuard> {
         let ctx = &self.ctx;
         let token = Arc::clone(token);
@@ -684,6 +685,7 @@ impl RawLock {
             cohort: cohort.map(|(run, _)| run),
             hand_off: self.hand_off.filter(|_| cohort.is_some()),
             own_place,
+            after_wait,
         });
         if self.protocol.reentrant() {
             reentrancy::enter(ctx.id, &self.lock_key, Arc::clone(&hold));
@@ -723,7 +725,7 @@ impl RawLock {
             return None;
         }
         let guard = self
-            .acquired(keys, token, (fencing_token, held_until), None, 0)
+            .acquired(keys, token, (fencing_token, held_until), None, (0, true))
             .ok()?;
         Counters::add(&self.ctx.counters.handed_over, 1);
         if let Some(id) = guard.renewal_id() {
@@ -760,7 +762,7 @@ impl RawLock {
             &Arc::from(token),
             (fencing_token, held_until),
             None,
-            0,
+            (0, false),
         )
     }
 
@@ -787,7 +789,7 @@ impl RawLock {
             &passed.token,
             (passed.fencing_token, passed.expires_at),
             Some((passed.cohort, true)),
-            own_place,
+            (own_place, true),
         )?;
         Counters::add(&self.ctx.counters.passed_on, 1);
         Ok(guard)
