@@ -1,10 +1,11 @@
 -- Release a fair lock (if it holds our token, or whoever holds it when forced) and hand it to
 -- the next live waiter; when nobody waits, remove every key of the lock.
 --
--- This is the script's start (after idle_fence.lua, a constant): the helpers (errors.lua, fence.lua, holder.lua, announce.lua,
--- queue.lua) and `release_handing_on.lua` follow it. The release of our own hold that finds
--- nobody queued ends here, before the helpers' functions are made (Lua makes each anew at
--- every call), doing what `hand_on` does when nobody waits.
+-- This is the script's start (after idle_fence.lua, a constant): the helpers (errors.lua,
+-- fence.lua, holder.lua, announce.lua, queue.lua) and `release_handing_on.lua` follow it.
+-- The release of our own hold that finds nobody queued ends here, before the helpers'
+-- functions are made (Lua makes each anew at every call), doing what `hand_on` does when
+-- nobody waits.
 --
 -- KEYS[1]: lock; KEYS[2]: fencing counter; KEYS[3]: queue; KEYS[4]: timeouts.
 -- ARGV[1]: token; ARGV[2]: the waiter channel prefix; ARGV[3]: `force` to release whoever
