@@ -556,3 +556,58 @@ fn a_newcomer_does_not_take_a_free_lock_ahead_of_the_queue() {
     assert!(token > g.fencing_token());
     assert!(g.unlock().unwrap_err().is_lock_lost());
 }
+
+/// A release whose hand-off finds the fencing counter broken gives the lock back and leaves
+/// the next waiter at the head of the queue, woken: each waiter's attempt reports the broken
+/// counter, the first in line first, and nothing is left holding the lock.
+#[test]
+fn a_hand_off_onto_a_broken_fencing_counter_leaves_each_waiter_an_error_in_turn() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let holder = client(&url);
+    let g = holder.fair_mutex("broken").lock().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let mut waiters = Vec::new();
+    for (n, name) in ["first", "second"].into_iter().enumerate() {
+        let (c, done) = (client(&url), done_tx.clone());
+        waiters.push(std::thread::spawn(move || {
+            let outcome = c
+                .fair_mutex("broken")
+                .try_lock_for(LIMIT)
+                .map(|g| g.is_some());
+            done.send((name, outcome)).unwrap();
+        }));
+        assert!(
+            eventually(LIMIT, || server
+                .conn()
+                .llen::<_, usize>("redmutex:{broken}:queue")
+                .unwrap()
+                == n + 1),
+            "{name} did not queue"
+        );
+    }
+    let _: () = server
+        .conn()
+        .set("redmutex:{broken}:fence", "not a number")
+        .unwrap();
+    g.unlock().unwrap();
+    let mut ended = Vec::new();
+    for _ in 0..2 {
+        let (name, outcome) = done_rx.recv_timeout(LIMIT).expect("a waiter ended");
+        let err = outcome.expect_err(name);
+        assert!(err.is_wrong_type(), "{name}: {err}");
+        ended.push(name);
+    }
+    assert_eq!(
+        ended,
+        ["first", "second"],
+        "the first in line was not told first"
+    );
+    for t in waiters {
+        t.join().unwrap();
+    }
+    let fence: String = server.conn().get("redmutex:{broken}:fence").unwrap();
+    assert_eq!(fence, "not a number");
+    let held: bool = server.conn().exists("redmutex:{broken}").unwrap();
+    assert!(!held, "the lock key was left behind");
+}

@@ -21,16 +21,26 @@ local function live_head(queue, timeouts, now, head)
 end
 -- The lock is to be freed (the caller checked that it may be): hand it to the next live
 -- waiter, or remove every key when nobody is left (the fencing counter a minute later).
+-- Waiters come off the queue by `LPOP` (a dead one, and the live one that gets the lock);
+-- `popped`, when given, is the first one, which the caller popped already.
 -- The waiter gets the lock for a claim of `claim_ms` only, so that one that died before its
 -- turn holds the others up that long at most; it renews the lock to its lease when it reads
 -- the message `<token> <fencing token> <claim end, server ms>` on its channel. A waiter that
 -- reads it too late to rely on the claim attempts instead, which takes the lock if the claim
 -- still holds its token.
 -- (A queue emptied here is gone: Redis deletes an empty list or sorted set.)
-local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
-  local first = redis.call('LINDEX', queue, 0)
-  local now = first and now_ms()
-  local head = first and live_head(queue, timeouts, now, first)
+local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms, popped)
+  local head = popped or redis.call('LPOP', queue)
+  local now = head and now_ms()
+  local expiry
+  while head do
+    expiry = tonumber(redis.call('ZSCORE', timeouts, head))
+    redis.call('ZREM', timeouts, head)
+    if expiry and expiry > now then
+      break
+    end
+    head = redis.call('LPOP', queue)
+  end
   if not head then
     redis.call('DEL', lock, timeouts)
     redis.call('PEXPIRE', fence, IDLE_FENCE_MS)
@@ -39,13 +49,19 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms)
   redis.call('SET', lock, head, 'PX', claim_ms)
   local token = next_fence(lock, fence)
   if not token then
-    -- The fencing counter is not an integer (the lock was given back): the waiter's attempt
-    -- reports it.
+    -- The fencing counter is not an integer (the lock was given back): the waiter goes back
+    -- to the head of the queue, where its attempt reports it. Keys the pops emptied come
+    -- back with the waiter's own deadline.
+    redis.call('LPUSH', queue, head)
+    redis.call('ZADD', timeouts, expiry, head)
+    for _, key in ipairs({queue, timeouts}) do
+      if redis.call('PTTL', key) < expiry - now then
+        redis.call('PEXPIRE', key, expiry - now)
+      end
+    end
     wake_waiter(prefix, head)
     return
   end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', timeouts, head)
   announce(prefix .. string.match(head, '^[^:]+'),
     head .. ' ' .. fence_text(token) .. ' ' .. string.format('%.0f', now + tonumber(claim_ms)))
 end
