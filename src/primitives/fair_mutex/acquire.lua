@@ -45,8 +45,10 @@ if holder == ARGV[1] then
 end
 -- The server's clock only when someone holds or queues.
 local now = (first or holder) and now_ms()
+-- Who is next matters only while the lock is free: while it is held, a dead waiter at the
+-- head stays until the release (or a later attempt on a free lock) drops it.
 local head, head_expiry
-if first then
+if first and not holder then
   head, head_expiry = live_head(KEYS[3], KEYS[4], now, first)
 end
 if not holder and (not head or head == ARGV[1]) then
