@@ -19,10 +19,16 @@ pub(crate) struct ScriptCall {
 
 impl ScriptCall {
     pub(crate) fn new(script: &'static Script) -> Self {
+        Self::carrying(script, 0)
+    }
+
+    /// A call one of whose arguments is `bytes` long (a value a script writes): its
+    /// arguments are packed into one buffer made large enough at once.
+    pub(crate) fn carrying(script: &'static Script, bytes: usize) -> Self {
         ScriptCall {
             script,
             keys: Args::with_capacity(192),
-            args: Args::with_capacity(160),
+            args: Args::with_capacity(160 + bytes),
             announces: false,
         }
     }

@@ -217,7 +217,9 @@ pub(crate) fn packed(
 
 /// `SET lock token NX PX lease GET` and, unless `probing`, `INCR` of the fencing counter.
 fn take_commands((keys, token, lease_ms): (&LockKeys, &str, u64), probing: bool) -> Packed {
-    let mut packed = Packed::with_capacity(256);
+    // Room for the commands that go with these (a `Shared<T>`'s two `GET`s, a fair lock's
+    // `LINDEX`, a `PTTL`, a `WAIT`): growing the buffer would copy it.
+    let mut packed = Packed::with_capacity(512);
     packed
         .command(7)
         .bulk(b"SET")

@@ -65,7 +65,7 @@ pub(crate) fn version(fencing_token: u64, n: u32) -> String {
 
 /// The call that writes `bytes` while the lock holds `token`, keeping it, as `version`.
 pub(crate) fn commit_call(keys: &LockKeys, token: &str, version: &str, bytes: &[u8]) -> ScriptCall {
-    ScriptCall::new(&COMMIT)
+    ScriptCall::carrying(&COMMIT, bytes.len())
         .key(&keys.lock)
         .key(value_key(keys))
         .key(&keys.fence)
@@ -84,7 +84,7 @@ pub(crate) fn release_with(
     version: &str,
     value: &[u8],
 ) -> ScriptCall {
-    ScriptCall::new(&RELEASE_WITH)
+    ScriptCall::carrying(&RELEASE_WITH, value.len())
         .key(&keys.lock)
         .key(&keys.waiting)
         .key(value_key(keys))

@@ -9,6 +9,9 @@ use crate::error::{Error, ErrorKind, Result};
 /// one is refused with [`ErrorKind::InvalidArgument`] before anything is sent.
 pub const MAX_VALUE_LEN: usize = 16 * 1024 * 1024;
 
+/// Room beyond an encoding's expected size, for a change that makes it a little longer.
+const SLACK: usize = 64;
+
 /// How a [`Shared`](crate::Shared) value is encoded in Redis.
 ///
 /// The stored bytes start with a tag that names the codec (`msgpack:` or `json:`), so that a
@@ -39,9 +42,14 @@ impl Codec {
         }
     }
 
-    /// The stored bytes of `value`: the tag, then the encoding.
-    pub(crate) fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>> {
-        let mut bytes = self.tag().to_vec();
+    /// The stored bytes of `value`: the tag, then the encoding. `size_hint` is how long the
+    /// bytes are likely to be (those of the value before a change; 0 when unknown): the buffer
+    /// starts that large, so that a value of a kilobyte or more is not copied into a buffer
+    /// twice as large again and again as it is encoded.
+    pub(crate) fn encode<T: Serialize>(self, value: &T, size_hint: usize) -> Result<Vec<u8>> {
+        let tag = self.tag();
+        let mut bytes = Vec::with_capacity(size_hint.clamp(tag.len(), MAX_VALUE_LEN) + SLACK);
+        bytes.extend_from_slice(tag);
         let encoded = match self {
             Codec::MessagePack => {
                 rmp_serde::encode::write_named(&mut bytes, value).map_err(|e| e.to_string())

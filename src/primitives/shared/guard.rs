@@ -282,7 +282,8 @@ impl<T: Serialize> SharedGuard<T> {
         if !self.touched {
             return Ok(None);
         }
-        let bytes = self.codec.encode(&self.value)?;
+        let size_hint = self.stored.as_ref().map_or(0, Vec::len);
+        let bytes = self.codec.encode(&self.value, size_hint)?;
         Ok((self.stored.as_deref() != Some(&bytes[..])).then_some(bytes))
     }
 }

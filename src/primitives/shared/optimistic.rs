@@ -303,10 +303,10 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         // What is stored, as bytes: a missing value is its initial value's.
         let before = match snapshot.bytes {
             Some(bytes) => bytes,
-            None => self.codec.encode(&value)?,
+            None => self.codec.encode(&value, 0)?,
         };
         let out = change(&mut value);
-        let bytes = self.codec.encode(&value)?;
+        let bytes = self.codec.encode(&value, before.len())?;
         if bytes == before {
             return Ok(Tried::Done(out, false));
         }
@@ -347,7 +347,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         version: &str,
         bytes: &[u8],
     ) -> Result<bool> {
-        let call = ScriptCall::new(&UPDATE)
+        let call = ScriptCall::carrying(&UPDATE, bytes.len())
             .key(&keys.lock)
             .key(&keys.fence)
             .key(key)
