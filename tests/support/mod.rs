@@ -181,6 +181,34 @@ pub fn redlock_over(servers: &[RedisServer]) -> redmutex::Redlock {
     redmutex::Redlock::new(servers.iter().map(redlock_client)).unwrap()
 }
 
+/// Whether this is a benchmark's measuring run (`cargo bench` passes `--bench`; a test run of
+/// the benchmarks, and every test, does not).
+fn measuring() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
+/// Makes the server run as a deployed one does, in a session of its own, and so in a
+/// scheduling group of its own: Linux gives each session's processes together a fair share of
+/// the CPU (autogroup), and a server in the benchmark's session competed with the
+/// benchmark's threads as one of them, so that the client's CPU time was taken from the
+/// server's share (16 client threads on two cores left it a seventeenth when all ran). The
+/// server is killed when the thread that started it ends (the benchmark's main thread), as
+/// it would have been by a Ctrl-C in the benchmark's session. A test keeps its servers in
+/// its own session: a Ctrl-C stops them with it.
+fn run_as_a_service(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between `fork` and `exec` the closure calls only `setsid` and `prctl`, which
+    // are async-signal-safe, and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 impl RedisServer {
     /// Starts a server with no persistence on a free port.
     pub fn start() -> RedisServer {
@@ -232,6 +260,9 @@ impl RedisServer {
         // `DEBUG` is refused unless enabled, from Redis 7.0 on (6.2 has no such setting).
         if !version_of(&self.binary).redis_before(7, 0) {
             command.args(["--enable-debug-command", "yes"]);
+        }
+        if measuring() {
+            run_as_a_service(&mut command);
         }
         let child = command
             .args(&self.extra_args)
