@@ -35,7 +35,7 @@ pub const CRATE_RELEASE_LUA: &str = concat!(
 /// Whether this is a real measurement (`cargo bench`, which passes `--bench`) rather than
 /// the short smoke run of `cargo test --benches`.
 pub fn measuring() -> bool {
-    std::env::args().any(|a| a == "--bench")
+    crate::support::measuring()
 }
 
 /// A figure measured over several rounds.

@@ -182,8 +182,10 @@ pub fn redlock_over(servers: &[RedisServer]) -> redmutex::Redlock {
 }
 
 /// Whether this is a benchmark's measuring run (`cargo bench` passes `--bench`; a test run of
-/// the benchmarks, and every test, does not).
-fn measuring() -> bool {
+/// the benchmarks, and every test, does not). The benchmarks ask the same
+/// (`common::measuring`), so that servers are set up as a service for exactly the runs that
+/// measure.
+pub fn measuring() -> bool {
     std::env::args().any(|a| a == "--bench")
 }
 
