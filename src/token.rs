@@ -41,12 +41,13 @@ impl TokenSource {
     /// one, and `format!` would cost a tenth of an uncontended acquire's client-side work).
     pub(crate) fn next(&self) -> Arc<str> {
         let seq = self.sequence.fetch_add(1, Ordering::Relaxed);
+        // Milliseconds since 1970 fit in 64 bits for 500 million years.
         let ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let mut token = TokenText::default();
         token.push(self.client_uuid.as_bytes());
-        for number in [u128::from(thread_id()), u128::from(seq), ms] {
+        for number in [thread_id(), seq, ms] {
             token.push(b":");
             token.push(itoa::Buffer::new().format(number).as_bytes());
         }

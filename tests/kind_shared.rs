@@ -377,6 +377,38 @@ fn a_value_over_the_limit_is_refused_before_it_is_sent() {
     assert_eq!(*value.try_lock().unwrap().expect("left held"), vec![1]);
 }
 
+/// A value of megabytes comes back whole, by a lock and by `get`, many reads of the socket
+/// each, and the connection reads small replies as before afterwards.
+#[test]
+fn a_value_of_megabytes_is_written_and_read_back_whole() {
+    let server = RedisServer::start();
+    let c = Client::builder()
+        .pool_size(1)
+        .default_lease(Duration::from_secs(2))
+        .renewal_interval(Duration::from_millis(300))
+        .open(server.url())
+        .unwrap();
+    let value = c.shared::<Vec<u8>>("megabytes");
+    let bytes: Vec<u8> = (0..5 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();
+    *value.lock().unwrap() = bytes.clone();
+    for _ in 0..3 {
+        let g = value.lock().unwrap();
+        assert!(*g == bytes, "the value read back under the lock differs");
+        g.unlock().unwrap();
+    }
+    assert!(
+        value.get().unwrap() == bytes,
+        "the value read by get differs"
+    );
+    let small = c.shared::<u64>("small");
+    for n in 1..=100 {
+        *small.lock().unwrap() += 1;
+        assert_eq!(small.get().unwrap(), n);
+    }
+    let stored = raw_get(&server, "redmutex:{megabytes}:value").expect("stored");
+    assert!(stored.len() > bytes.len(), "{} bytes stored", stored.len());
+}
+
 #[test]
 fn a_value_taken_before_comes_with_plain_commands_and_stays_the_latest() {
     if support::server_version().redis_before(7, 0) {

@@ -1,4 +1,4 @@
-//! A pooled connection: a redis-rs connection with the replies it still has to read.
+//! A pooled connection: its link to the server with the replies it still has to read.
 //!
 //! A connection may carry replies still to be read ([`Conn::send_unread`]: a guard's release,
 //! written before the guard's drop returns). Its next user writes its own command first, then
@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::wire::Link;
 use super::ServerFeatures;
 
 /// Whether an error leaves the connection in an unknown state (timed out mid-reply, closed,
@@ -33,7 +34,7 @@ const MAX_UNREAD: usize = 8;
 /// A pooled connection, with the replies to commands written earlier that are still to be
 /// read, oldest first.
 pub(crate) struct Conn {
-    inner: redis::Connection,
+    inner: Link,
     unread: VecDeque<OnReply>,
     /// The hashes of the scripts that this connection saw its server run (so that a call
     /// written without waiting for its reply is not refused with `NOSCRIPT`).
@@ -46,7 +47,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn new(inner: redis::Connection, features: Arc<ServerFeatures>) -> Self {
+    pub(super) fn new(inner: Link, features: Arc<ServerFeatures>) -> Self {
         Conn {
             inner,
             unread: VecDeque::new(),
@@ -95,7 +96,7 @@ impl Conn {
         if self.unread.len() >= MAX_UNREAD {
             self.settle()?;
         }
-        self.inner.send_packed_command(packed)?;
+        self.inner.send(packed)?;
         self.unread.push_back(on_reply);
         Ok(())
     }
@@ -104,12 +105,12 @@ impl Conn {
     /// [`recv_response`](Self::recv_response)), after reading what was unread.
     pub(crate) fn send_packed_command(&mut self, packed: &[u8]) -> redis::RedisResult<()> {
         self.settle()?;
-        self.inner.send_packed_command(packed)
+        self.inner.send(packed)
     }
 
     /// Reads one reply.
     pub(crate) fn recv_response(&mut self) -> redis::RedisResult<redis::Value> {
-        self.inner.recv_response()
+        self.inner.recv()
     }
 
     pub(super) fn set_read_timeout(&self, timeout: Duration) -> redis::RedisResult<()> {
@@ -125,7 +126,7 @@ impl Conn {
     /// rest are told that their outcome is unknown, and the error is returned.
     pub(super) fn settle(&mut self) -> redis::RedisResult<()> {
         while let Some(on_reply) = self.unread.pop_front() {
-            let reply = self.inner.recv_response();
+            let reply = self.inner.recv();
             let failed = reply
                 .as_ref()
                 .err()
@@ -150,14 +151,11 @@ impl Conn {
 
 impl redis::ConnectionLike for Conn {
     fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<redis::Value> {
-        if self.unread.is_empty() {
-            return self.inner.req_packed_command(cmd);
-        }
-        // Ours goes out first, so that the earlier replies cost no round trip of their own.
-        self.inner.send_packed_command(cmd)?;
+        // Ours goes out first, so that earlier replies cost no round trip of their own.
+        self.inner.send(cmd)?;
         self.settle()?;
         loop {
-            match self.inner.recv_response()? {
+            match self.inner.recv()? {
                 redis::Value::Push { .. } => continue,
                 value => return Ok(value),
             }
@@ -170,20 +168,20 @@ impl redis::ConnectionLike for Conn {
         offset: usize,
         count: usize,
     ) -> redis::RedisResult<Vec<redis::Value>> {
-        if offset != 0 {
-            self.settle()?;
-            return self.inner.req_packed_commands(cmd, offset, count);
-        }
-        // A plain pipeline (not a transaction) goes out first too, as a single command does.
-        // Its replies are read here, one by one, and the first read that fails (a time-out)
-        // ends the call: redis-rs would go on and wait for every later reply in turn, so that
-        // a silent server would cost a pipeline its length times the response timeout.
-        self.inner.send_packed_command(cmd)?;
+        // A pipeline goes out first too, as a single command does. Its replies are read here,
+        // one by one, and the first read that fails (a time-out) ends the call: redis-rs would
+        // go on and wait for every later reply in turn, so that a silent server would cost a
+        // pipeline its length times the response timeout. A transaction's first `offset`
+        // replies (`MULTI`, `QUEUED`) are passed over, and the first error among them ends it.
+        self.inner.send(cmd)?;
         self.settle()?;
         let mut replies = Vec::with_capacity(count);
+        let mut skipped = 0;
         while replies.len() < count {
-            match self.inner.recv_response()? {
+            match self.inner.recv()? {
                 redis::Value::Push { .. } => continue,
+                redis::Value::ServerError(e) if skipped < offset => return Err(e.into()),
+                _ if skipped < offset => skipped += 1,
                 value => replies.push(value),
             }
         }
@@ -191,11 +189,11 @@ impl redis::ConnectionLike for Conn {
     }
 
     fn get_db(&self) -> i64 {
-        self.inner.get_db()
+        self.inner.db()
     }
 
     fn check_connection(&mut self) -> bool {
-        self.settle().is_ok() && self.inner.check_connection()
+        self.settle().is_ok() && redis::cmd("PING").query::<String>(self).is_ok()
     }
 
     fn is_open(&self) -> bool {

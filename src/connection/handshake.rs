@@ -11,8 +11,13 @@
 //! port that never completes its handshake, or a port that does not speak Redis) fails the
 //! connect, within the connect timeout, as a connection error. Pooled connections speak
 //! RESP2; a client with RESP3 connections keeps redis-rs's own handshake.
+//!
+//! Over plain TCP (`redis://`) with RESP2 the connection is a [`Wire`], written and read by
+//! this crate; over TLS or a Unix socket it is redis-rs's.
 
 use std::time::{Duration, Instant};
+
+use super::wire::{Link, Wire};
 
 /// How the pool makes a connection to one server.
 pub(crate) struct Handshake {
@@ -22,6 +27,8 @@ pub(crate) struct Handshake {
     commands: Option<(Vec<u8>, usize)>,
     /// Whether the address asks for TLS (`rediss://`).
     tls: bool,
+    /// The host, port and database of a plain TCP address, connected by a [`Wire`].
+    plain: Option<(String, u16, i64)>,
 }
 
 /// Why a connection could not be made.
@@ -47,8 +54,13 @@ impl Handshake {
                 client: client.clone(),
                 commands: None,
                 tls,
+                plain: None,
             };
         }
+        let plain = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => Some((host.clone(), *port, settings.db())),
+            _ => None,
+        };
         let mut pipe = redis::pipe();
         if let Some(password) = settings.password() {
             let auth = pipe.cmd("AUTH");
@@ -73,40 +85,48 @@ impl Handshake {
                 client: bare,
                 commands: Some((pipe.get_packed_pipeline(), pipe.len())),
                 tls,
+                plain,
             },
             // Cannot happen for an address that made a client; keep redis-rs's handshake.
             Err(_) => Handshake {
                 client: client.clone(),
                 commands: None,
                 tls,
+                plain: None,
             },
         }
     }
 
     /// Connects and shakes hands by `deadline`.
-    pub(crate) fn connect(&self, deadline: Instant) -> Result<redis::Connection, ConnectFailure> {
+    pub(crate) fn connect(&self, deadline: Instant) -> Result<Link, ConnectFailure> {
         let left = || {
             deadline
                 .saturating_duration_since(Instant::now())
                 .max(Duration::from_millis(1))
         };
-        let mut conn = self
-            .client
-            .get_connection_with_timeout(left())
-            .map_err(|e| self.failed(e, ConnectFailure::Connect))?;
+        let made = match (&self.plain, &self.commands) {
+            (Some((host, port, db)), Some(_)) => {
+                Wire::connect(host, *port, deadline, *db).map(Link::Wire)
+            }
+            _ => self
+                .client
+                .get_connection_with_timeout(left())
+                .map(Link::Redis),
+        };
+        let mut conn = made.map_err(|e| self.failed(e, ConnectFailure::Connect))?;
         let Some((packed, count)) = &self.commands else {
             return Ok(conn);
         };
-        let shake = |conn: &mut redis::Connection| -> redis::RedisResult<()> {
+        let shake = |conn: &mut Link| -> redis::RedisResult<()> {
             // Both timeouts before the write: over TLS the write runs the TLS handshake,
             // which reads the server's part of it.
             conn.set_write_timeout(Some(left()))?;
             conn.set_read_timeout(Some(left()))?;
-            conn.send_packed_command(packed)?;
+            conn.send(packed)?;
             let mut refused = None;
             for _ in 0..*count {
                 conn.set_read_timeout(Some(left()))?;
-                if let redis::Value::ServerError(e) = conn.recv_response()? {
+                if let redis::Value::ServerError(e) = conn.recv()? {
                     refused.get_or_insert(redis::RedisError::from(e));
                 }
             }

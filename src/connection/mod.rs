@@ -17,6 +17,7 @@ mod cluster;
 mod conn;
 mod handshake;
 mod pool;
+mod reply_reader;
 mod resp;
 mod script_call;
 mod sentinel;
@@ -25,6 +26,7 @@ mod split_call;
 mod standalone;
 #[cfg(feature = "tls")]
 mod tls;
+mod wire;
 mod wiring;
 
 use std::sync::atomic::{AtomicBool, Ordering};
