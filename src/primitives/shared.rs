@@ -60,7 +60,15 @@ fn value_fence_key(keys: &LockKeys) -> String {
 /// token. A quorum takes the copy of the largest `(T, n)`: a later holder's, or the same
 /// holder's later write. An optimistic update's is the fencing counter it moved, `T`.
 pub(crate) fn version(fencing_token: u64, n: u32) -> String {
-    format!("{fencing_token}.{n}")
+    // Not `format!`: its machinery, run with cold caches after each wait for Redis, was
+    // half a percent of a shared value's lock cycle.
+    let (mut token, mut write) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (token, write) = (token.format(fencing_token), write.format(n));
+    let mut version = String::with_capacity(token.len() + 1 + write.len());
+    version.push_str(token);
+    version.push('.');
+    version.push_str(write);
+    version
 }
 
 /// The call that writes `bytes` while the lock holds `token`, keeping it, as `version`.
@@ -334,5 +342,17 @@ impl<T> fmt::Debug for Shared<T> {
             .field("codec", &self.codec)
             .field("fixed_lease", &self.raw.fixed_lease())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_version_is_the_token_a_dot_and_the_write() {
+        assert_eq!(super::version(42, 3), "42.3");
+        assert_eq!(
+            super::version(u64::MAX, u32::MAX),
+            format!("{}.{}", u64::MAX, u32::MAX)
+        );
     }
 }
