@@ -83,7 +83,11 @@ impl Conn {
 
     /// Whether the server ran the script of `hash` on this connection before.
     pub(crate) fn knows_script(&self, hash: &str) -> bool {
-        self.scripts.contains(&hash)
+        // Each script's hash is one static string: its address finds it without comparing
+        // 40 bytes with each hash seen before (every script call asks).
+        let same =
+            |seen: &&str| std::ptr::eq(seen.as_ptr(), hash.as_ptr()) && seen.len() == hash.len();
+        self.scripts.iter().any(same) || self.scripts.contains(&hash)
     }
 
     /// Writes an already packed command without reading its reply; `on_reply` gets the reply
@@ -110,7 +114,18 @@ impl Conn {
 
     /// Reads one reply.
     pub(crate) fn recv_response(&mut self) -> redis::RedisResult<redis::Value> {
-        self.inner.recv()
+        self.reply()
+    }
+
+    /// The next reply, past any RESP3 push frame (a RESP3 connection may carry one between
+    /// replies; it answers no command).
+    fn reply(&mut self) -> redis::RedisResult<redis::Value> {
+        loop {
+            match self.inner.recv()? {
+                redis::Value::Push { .. } => continue,
+                value => return Ok(value),
+            }
+        }
     }
 
     pub(super) fn set_read_timeout(&self, timeout: Duration) -> redis::RedisResult<()> {
@@ -126,7 +141,7 @@ impl Conn {
     /// rest are told that their outcome is unknown, and the error is returned.
     pub(super) fn settle(&mut self) -> redis::RedisResult<()> {
         while let Some(on_reply) = self.unread.pop_front() {
-            let reply = self.inner.recv();
+            let reply = self.reply();
             let failed = reply
                 .as_ref()
                 .err()
@@ -154,12 +169,7 @@ impl redis::ConnectionLike for Conn {
         // Ours goes out first, so that earlier replies cost no round trip of their own.
         self.inner.send(cmd)?;
         self.settle()?;
-        loop {
-            match self.inner.recv()? {
-                redis::Value::Push { .. } => continue,
-                value => return Ok(value),
-            }
-        }
+        self.reply()
     }
 
     fn req_packed_commands(
@@ -178,8 +188,7 @@ impl redis::ConnectionLike for Conn {
         let mut replies = Vec::with_capacity(count);
         let mut skipped = 0;
         while replies.len() < count {
-            match self.inner.recv()? {
-                redis::Value::Push { .. } => continue,
+            match self.reply()? {
                 redis::Value::ServerError(e) if skipped < offset => return Err(e.into()),
                 _ if skipped < offset => skipped += 1,
                 value => replies.push(value),
