@@ -875,17 +875,22 @@ fn json_text(entries: &[(String, String)]) -> String {
 fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
     let hot_rtt_us = ping_rtt(server, Duration::ZERO).as_secs_f64() * 1e6;
     let rtt_us = ping_rtt(server, HOLD).as_secs_f64() * 1e6;
-    let floor_us = pubsub_floor(server, HOLD).as_secs_f64() * 1e6;
+    let floor = || pubsub_floor(server, HOLD).as_secs_f64() * 1e6;
+    let first_floor_us = floor();
+    // Each `FairMutex` round is set against a floor measured just before it, as every other
+    // ratio of the benchmarks is taken within its round: the machine's wake-ups drift over
+    // the tens of seconds between a floor measured once and the last round.
+    let mut fair_floors_us = Vec::new();
     println!(
         "contended hand-off: {} processes x {} threads, hold {:?}, {} rounds of {:?}; \
          PING round trip {rtt_us:.1} us after a {HOLD:?} pause ({hot_rtt_us:.1} us back to back); \
-         pub/sub wake-up floor {floor_us:.1} us ({:.2} round trips)",
+         pub/sub wake-up floor {first_floor_us:.1} us ({:.2} round trips)",
         mode.processes,
         mode.threads,
         HOLD,
         mode.rounds,
         mode.run,
-        floor_us / rtt_us
+        first_floor_us / rtt_us
     );
     for (key, value) in [
         ("processes", mode.processes.to_string()),
@@ -894,11 +899,6 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
         ("rounds", mode.rounds.to_string()),
         ("ping_rtt_us", format!("{rtt_us:.2}")),
         ("ping_rtt_back_to_back_us", format!("{hot_rtt_us:.2}")),
-        ("pubsub_floor_us", format!("{floor_us:.2}")),
-        (
-            "pubsub_floor_round_trips",
-            format!("{:.3}", floor_us / rtt_us),
-        ),
     ] {
         json.push((key.to_owned(), value));
     }
@@ -912,7 +912,12 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
     for contender in [Contender::Mutex, Contender::FairMutex] {
         let label = contender.label();
         let results: Vec<HandoffResult> = (0..mode.rounds)
-            .map(|_| handoff_round(server, &load, contender))
+            .map(|_| {
+                if contender == Contender::FairMutex {
+                    fair_floors_us.push(floor());
+                }
+                handoff_round(server, &load, contender)
+            })
             .collect();
         let pick = |f: fn(&HandoffResult) -> f64| median(results.iter().map(f).collect());
         let rate = pick(|r| r.handoffs_per_sec);
@@ -925,6 +930,11 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
         let jain = pick(|r| r.jain);
         let failed = pick(|r| r.failed_attempts_per_acquisition);
         let total: usize = results.iter().map(|r| r.acquisitions).sum();
+        // The hand-off against the floor measured just before its round (`FairMutex`).
+        let to_floor = (contender == Contender::FairMutex).then(|| {
+            let ratios = results.iter().zip(&fair_floors_us);
+            median(ratios.map(|(r, floor)| r.handoff_p50_us / floor).collect())
+        });
         println!("  {label}: {total} acquisitions");
         println!(
             "    hand-offs/s            {:>10.0}  [{:.0} .. {:.0}]",
@@ -957,6 +967,15 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
             "    Jain fairness index    {:>10.4}  [{:.4} .. {:.4}]",
             jain.0, jain.1, jain.2
         );
+        let to_floor_json = match to_floor {
+            Some((m, lo, hi)) => {
+                println!("    hand-off p50 / floor   {m:>10.2}x [{lo:.2} .. {hi:.2}] (each round's own floor)");
+                format!(
+                    ", \"handoff_to_floor\": {{\"median\": {m:.4}, \"min\": {lo:.4}, \"max\": {hi:.4}}}"
+                )
+            }
+            None => String::new(),
+        };
         json.push((
             contender.key().to_owned(),
             format!(
@@ -966,7 +985,7 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
                  \"commands_sent_per_acquisition\": {:.3}, \
                  \"commands_run_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
                  \"failed_attempts_per_acquisition\": {:.3}, \
-                 \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}}}",
+                 \"handoffs_per_sec_min\": {:.1}, \"handoffs_per_sec_max\": {:.1}{}}}",
                 rate.0,
                 h50.0,
                 h99.0,
@@ -978,10 +997,20 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
                 jain.0,
                 failed.0,
                 rate.1,
-                rate.2
+                rate.2,
+                to_floor_json
             ),
         ));
     }
+    // The floor: the median of those measured in the section (once before it, then before
+    // each `FairMutex` round).
+    fair_floors_us.push(first_floor_us);
+    let (floor_us, _, _) = median(fair_floors_us);
+    json.push(("pubsub_floor_us".to_owned(), format!("{floor_us:.2}")));
+    json.push((
+        "pubsub_floor_round_trips".to_owned(),
+        format!("{:.3}", floor_us / rtt_us),
+    ));
 }
 
 /// Section 2: what idle waiters cost Redis while a lock stays held.
