@@ -182,19 +182,24 @@ impl redis::ConnectionLike for Conn {
         // one by one, and the first read that fails (a time-out) ends the call: redis-rs would
         // go on and wait for every later reply in turn, so that a silent server would cost a
         // pipeline its length times the response timeout. A transaction's first `offset`
-        // replies (`MULTI`, `QUEUED`) are passed over, and the first error among them ends it.
+        // replies (`MULTI`, `QUEUED`) are passed over; the first error among them is the
+        // call's, once every reply is read (the connection stays in step).
         self.inner.send(cmd)?;
         self.settle()?;
         let mut replies = Vec::with_capacity(count);
-        let mut skipped = 0;
-        while replies.len() < count {
-            match self.reply()? {
-                redis::Value::ServerError(e) if skipped < offset => return Err(e.into()),
-                _ if skipped < offset => skipped += 1,
-                value => replies.push(value),
+        let mut refused = None;
+        for _ in 0..offset {
+            if let redis::Value::ServerError(e) = self.reply()? {
+                refused.get_or_insert(e);
             }
         }
-        Ok(replies)
+        while replies.len() < count {
+            replies.push(self.reply()?);
+        }
+        match refused {
+            Some(e) => Err(e.into()),
+            None => Ok(replies),
+        }
     }
 
     fn get_db(&self) -> i64 {
