@@ -159,6 +159,72 @@ fn a_stalled_holders_write_is_refused_and_the_newer_value_stays() {
     );
 }
 
+/// A lease seen lost writes nothing, even while Redis still holds the holder's token: a
+/// renewal's reply held by a proxy past the lease (the server renewed on time) marks the
+/// lease lost; `unlock()` then says `LockLost`, as `is_lost()` did, and the value stays as it
+/// was, while the lock is released.
+#[test]
+fn a_lease_seen_lost_writes_nothing_though_the_token_is_still_in_redis() {
+    let server = RedisServer::start();
+    let plain = client(&server);
+    *plain.shared::<u64>("seen-lost").lock().unwrap() = 5;
+    let proxy = support::delay_proxy::DelayProxy::start(server.port());
+    let c = Client::builder()
+        .default_lease(Duration::from_millis(1000))
+        .renewal_interval(Duration::from_millis(450))
+        .response_timeout(Duration::from_secs(20))
+        .open(proxy.url())
+        .unwrap();
+    let mut g = c.shared::<u64>("seen-lost").lock().unwrap();
+    *g += 1;
+    assert!(support::eventually(Duration::from_secs(20), || c
+        .stats()
+        .renewals
+        >= 1));
+    proxy.hold_replies(Duration::from_millis(700));
+    assert!(support::eventually(Duration::from_secs(20), || g.is_lost()));
+    proxy.hold_replies(Duration::ZERO);
+    let holder = raw_get(&server, "redmutex:{seen-lost}");
+    assert!(holder.is_some(), "the lock ran out in Redis too");
+    let err = g.unlock().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert_eq!(
+        raw_get(&server, "redmutex:{seen-lost}"),
+        None,
+        "the lock was not released"
+    );
+    assert_eq!(
+        *plain.shared::<u64>("seen-lost").lock().unwrap(),
+        5,
+        "a lease seen lost wrote its value"
+    );
+}
+
+/// A release whose reply is lost (its connection closed after Redis ran it) is sent again;
+/// the second finds the lock free, and tells by the value's version that the write was its
+/// own: `unlock()` says it was written, and it was, once.
+#[test]
+fn a_release_whose_reply_was_lost_knows_its_write_was_made() {
+    let server = RedisServer::start();
+    let proxy = support::delay_proxy::DelayProxy::start(server.port());
+    let c = Client::builder()
+        .default_lease(Duration::from_secs(60))
+        .open(proxy.url())
+        .unwrap();
+    let counter = c.shared::<u64>("reply-lost");
+    *counter.lock().unwrap() = 1;
+    let mut g = counter.lock().unwrap();
+    *g += 1;
+    proxy.cut_next_reply();
+    g.unlock()
+        .expect("the write was made, and the release knows it");
+    assert_eq!(raw_get(&server, "redmutex:{reply-lost}"), None);
+    assert_eq!(
+        *client(&server).shared::<u64>("reply-lost").lock().unwrap(),
+        2
+    );
+}
+
 #[test]
 fn a_panic_while_holding_writes_nothing_and_poisons() {
     let server = RedisServer::start();

@@ -218,6 +218,12 @@ impl LeaseGuard {
             self.set_release_value(None);
             self.mark_poisoned();
         }
+        // Read once: a lease lost before the release writes nothing (the holder was, or may
+        // have been, told), and its release says `LockLost` (lost is final).
+        let lost_before = self.hold.lease.lost_reason();
+        if lost_before.is_some() {
+            self.set_release_value(None);
+        }
         if let Some(id) = self.hold.renewal_id() {
             self.ctx.renewal.cancel(id);
         }
@@ -237,8 +243,8 @@ impl LeaseGuard {
                 // A release that keeps its client's place holds `keeping` until it has run.
                 match (passed, reply, self.written()) {
                     (Some(lost), _, _) => lost,
-                    (None, Reply::Later, None) => self.release_unread(keeping),
-                    (None, ..) => self.release_in_redis(),
+                    (None, Reply::Later, None) => self.release_unread(keeping, lost_before),
+                    (None, ..) => self.release_in_redis(lost_before),
                 }
             }
         };
@@ -276,17 +282,21 @@ impl LeaseGuard {
         self.hold.hand_off?.pass_on(&self.ctx, &self.hold)
     }
 
-    /// The release. After a dropped connection it is sent once more (it is idempotent);
-    /// after a time-out the caller gets the error at once and the renewal thread sends it
-    /// again until Redis answers or the lease has run out.
-    fn release_in_redis(&self) -> Result<()> {
-        let lost_before = self.hold.lease.lost_reason();
+    /// The release; `lost_before`: the lease was lost before it (then it writes no value).
+    /// After a dropped connection it is sent once more (it is idempotent); after a time-out
+    /// the caller gets the error at once and the renewal thread sends it again until Redis
+    /// answers or the lease has run out.
+    fn release_in_redis(&self, lost_before: Option<LostReason>) -> Result<()> {
         let mut reply = self.send_release();
         if let Err(first) = &reply {
             if first.is_connection() && !first.is_checkout() {
                 reply = match self.send_release() {
-                    // The first one ran before its connection dropped.
-                    Ok(false) if lost_before.is_none() => Ok(true),
+                    // The first one ran before its connection dropped; or it did not, and the
+                    // lease ran out meanwhile. A release that writes a value tells them
+                    // apart while its write was the last (it answers 1 again); past that, the
+                    // write's outcome is unknown: the first error says so.
+                    Ok(false) if lost_before.is_none() && self.written().is_none() => Ok(true),
+                    Ok(false) if lost_before.is_none() => Err(first.clone()),
                     Ok(released) => Ok(released),
                     Err(_) => Err(first.clone()),
                 };
@@ -313,7 +323,11 @@ impl LeaseGuard {
     /// as soon as Redis reads it, and the reply is checked by whoever reads it
     /// ([`settle_release`]). A release that could not be written is sent as `unlock` sends
     /// it, or left to the renewal thread when no connection could be had.
-    fn release_unread(&self, keeping: Option<Keeping>) -> Result<()> {
+    fn release_unread(
+        &self,
+        keeping: Option<Keeping>,
+        lost_before: Option<LostReason>,
+    ) -> Result<()> {
         let (ctx, hold) = (Arc::downgrade(&self.ctx), Arc::clone(&self.hold));
         let call = self.release_call();
         // Until its reply is read; and, should the write fail, until the release sent after.
@@ -327,12 +341,12 @@ impl LeaseGuard {
         );
         match sent {
             Ok(true) => Ok(()),
-            Ok(false) => self.release_in_redis(),
+            Ok(false) => self.release_in_redis(lost_before),
             Err(e) if e.is_checkout() => {
                 self.release_later();
                 Err(e)
             }
-            Err(_) => self.release_in_redis(),
+            Err(_) => self.release_in_redis(lost_before),
         }
     }
 

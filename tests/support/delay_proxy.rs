@@ -1,10 +1,11 @@
 //! A TCP proxy in front of a server that holds every reply for a set time before passing it
 //! on (requests pass at once), so that a test can make replies arrive late while the server
-//! itself runs every command on time.
+//! itself runs every command on time; or drops one reply and closes its connection, so that
+//! a command ran but its client never heard.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 pub struct DelayProxy {
     port: u16,
     delay_ms: Arc<AtomicU64>,
+    cut: Arc<AtomicBool>,
 }
 
 impl DelayProxy {
@@ -21,16 +23,21 @@ impl DelayProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let delay_ms = Arc::new(AtomicU64::new(0));
-        let delay = Arc::clone(&delay_ms);
+        let cut = Arc::new(AtomicBool::new(false));
+        let (delay, cut_next) = (Arc::clone(&delay_ms), Arc::clone(&cut));
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
-                forward(client, server, Arc::clone(&delay));
+                forward(client, server, Arc::clone(&delay), Arc::clone(&cut_next));
             }
         });
-        DelayProxy { port, delay_ms }
+        DelayProxy {
+            port,
+            delay_ms,
+            cut,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -42,9 +49,15 @@ impl DelayProxy {
         self.delay_ms
             .store(delay.as_millis() as u64, Ordering::SeqCst);
     }
+
+    /// The next reply read from the server, on any connection, is dropped and its
+    /// connection closed both ways: the command ran, its client hears only the close.
+    pub fn cut_next_reply(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
 }
 
-fn forward(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>) {
+fn forward(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>, cut: Arc<AtomicBool>) {
     let (mut to_server, mut from_client) =
         (server.try_clone().unwrap(), client.try_clone().unwrap());
     std::thread::spawn(move || {
@@ -61,6 +74,10 @@ fn forward(client: TcpStream, server: TcpStream, delay_ms: Arc<AtomicU64>) {
     std::thread::spawn(move || {
         let mut buf = [0u8; 16 * 1024];
         while let Ok(n @ 1..) = from_server.read(&mut buf) {
+            if cut.swap(false, Ordering::SeqCst) {
+                let _ = from_server.shutdown(Shutdown::Both);
+                break;
+            }
             let due = Instant::now() + Duration::from_millis(delay_ms.load(Ordering::SeqCst));
             if due_tx.send((due, buf[..n].to_vec())).is_err() {
                 break;

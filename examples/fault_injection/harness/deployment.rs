@@ -484,9 +484,10 @@ impl LockDeployment {
             let info = info.map_or_else(|| "no answer".to_owned(), |i| i.replace("\r\n", " "));
             report.push_str(&format!("{}: {info}\n", node.addr()));
         }
-        let replicas: Option<Vec<HashMap<String, String>>> = self.sentinels[0]
-            .connection(Duration::from_secs(2))
-            .ok()
+        let replicas: Option<Vec<HashMap<String, String>>> = self
+            .sentinels
+            .first()
+            .and_then(|s| s.connection(Duration::from_secs(2)).ok())
             .and_then(|mut c| {
                 redis::cmd("SENTINEL")
                     .arg("REPLICAS")
@@ -496,6 +497,26 @@ impl LockDeployment {
             });
         report.push_str(&format!("the asked sentinel's replicas: {replicas:?}"));
         report
+    }
+
+    /// What the deployment says of itself, for the error of one that did not settle: every
+    /// node's replication and, under Sentinel, every sentinel's view; a Cluster's nodes.
+    fn settle_report(&self) -> String {
+        match self.topology {
+            Topology::Cluster => self.cluster_report(),
+            Topology::Sentinel => {
+                let mut report = self.replication_report();
+                for sentinel in &self.sentinels {
+                    report.push_str(&format!(
+                        "\nsentinel {}: {:?}",
+                        sentinel.addr(),
+                        sentinel_view(sentinel)
+                    ));
+                }
+                report
+            }
+            Topology::Standalone | Topology::Redlock => self.replication_report(),
+        }
     }
 
     /// What every live node of a Cluster says of the cluster and where its log ends, for
@@ -638,9 +659,12 @@ impl LockDeployment {
         let deadline = Instant::now() + FAILOVER_LIMIT;
         while !self.ready() {
             if Instant::now() > deadline {
-                return Err(
-                    format!("the {} deployment did not settle", self.topology.name()).into(),
-                );
+                return Err(format!(
+                    "the {} deployment did not settle in {FAILOVER_LIMIT:?}\n{}",
+                    self.topology.name(),
+                    self.settle_report()
+                )
+                .into());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -792,6 +816,7 @@ fn text_of(node: &RedisProcess, command: &[&str]) -> Option<String> {
 }
 
 /// What one sentinel says of the master.
+#[derive(Debug)]
 struct SentinelView {
     /// `ip:port`
     master: String,

@@ -7,12 +7,18 @@
 -- counter; KEYS[5]: who wrote the value.
 -- ARGV[1]: the token; ARGV[2]: the release channel; ARGV[3]: the value's new bytes (empty:
 -- remove the value; an encoded value is never empty, it starts with its codec's tag);
--- ARGV[4]: the holder's fencing token, kept as who wrote (or removed) the value.
--- Reply: 1 when written (or removed) and released, 0 when the lock held another token or none
--- (nothing written). Needs shared/version.lua; as `mutex/release.lua`, it is the script's
--- start, which returns when no client waits, and announce.lua, mutex/waiters.lua and
--- mutex/release_to_waiting.lua follow it.
+-- ARGV[4]: this write's version (the holder's fencing token and its count of writes), kept as
+-- who wrote (or removed) the value.
+-- Reply: 1 when written (or removed) and released, or when this very write was already made (a
+-- release sent again after its connection dropped finds the first one's version as who wrote);
+-- 0 when the lock held another token or none and this write was not the last made (it was not
+-- made now; an earlier send may have made it and another holder written since). Needs
+-- shared/version.lua; as `mutex/release.lua`, it is the script's start, which returns when no
+-- client waits, and announce.lua, mutex/waiters.lua and mutex/release_to_waiting.lua follow it.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  if redis.call('GET', KEYS[5]) == ARGV[4] then
+    return 1
+  end
   return 0
 end
 if ARGV[3] == '' then
