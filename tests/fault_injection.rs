@@ -88,7 +88,19 @@ fn run_with(
         cmd.args(["--exact", ENTRY, "--nocapture", "--test-threads", "1"]);
         cmd
     };
-    let outcome = harness::run(&config, &spawn).expect("the run itself failed");
+    let outcome = match harness::run(&config, &spawn) {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            // Without the panic hook's backtrace after it, and its first line again last, so
+            // that the end of a long log names the cause.
+            let e = e.to_string();
+            eprintln!(
+                "{e}\nthe run itself failed: {}",
+                e.lines().next().unwrap_or("")
+            );
+            std::panic::resume_unwind(Box::new(e));
+        }
+    };
     eprintln!("{}", outcome.summary());
     let f = &outcome.findings;
     // The faults really happened and the workers really worked through them.
