@@ -560,6 +560,11 @@ fn a_newcomer_does_not_take_a_free_lock_ahead_of_the_queue() {
 /// A release whose hand-off finds the fencing counter broken gives the lock back and leaves
 /// the next waiter at the head of the queue, woken: each waiter's attempt reports the broken
 /// counter, the first in line first, and nothing is left holding the lock.
+///
+/// The order is read where it happens, from `MONITOR`: every take of the lock by the first
+/// waiter (the release's hand-off, its own attempt) comes before any by the second. The order
+/// in which the two threads return says nothing: the first, stalled on a loaded machine after
+/// its error, may return after the second.
 #[test]
 fn a_hand_off_onto_a_broken_fencing_counter_leaves_each_waiter_an_error_in_turn() {
     let server = RedisServer::start();
@@ -586,26 +591,53 @@ fn a_hand_off_onto_a_broken_fencing_counter_leaves_each_waiter_an_error_in_turn(
             "{name} did not queue"
         );
     }
+    // Each waiter's token is its id in the queue: the first's is at its head.
+    let queue: Vec<String> = server
+        .conn()
+        .lrange("redmutex:{broken}:queue", 0, -1)
+        .unwrap();
+    assert_eq!(queue.len(), 2, "{queue:?}");
+    let mut monitor = server.conn();
+    let _: () = redis::cmd("MONITOR").query(&mut monitor).unwrap();
     let _: () = server
         .conn()
         .set("redmutex:{broken}:fence", "not a number")
         .unwrap();
     g.unlock().unwrap();
-    let mut ended = Vec::new();
     for _ in 0..2 {
         let (name, outcome) = done_rx.recv_timeout(LIMIT).expect("a waiter ended");
         let err = outcome.expect_err(name);
         assert!(err.is_wrong_type(), "{name}: {err}");
-        ended.push(name);
     }
-    assert_eq!(
-        ended,
-        ["first", "second"],
-        "the first in line was not told first"
-    );
     for t in waiters {
         t.join().unwrap();
     }
+    // Who took the lock (and gave it back on the broken counter), in the server's order.
+    monitor
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    // Both waiters have returned: the lines of their attempts were sent before. Other
+    // commands (renewals, re-checks) go on; two seconds of lines is plenty.
+    let mut takers = Vec::new();
+    let read_until = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < read_until {
+        let Ok(redis::Value::SimpleString(line)) = monitor.recv_response() else {
+            break;
+        };
+        let took =
+            |token: &str| line.contains(&format!("\"SET\" \"redmutex:{{broken}}\" \"{token}\""));
+        match (took(&queue[0]), took(&queue[1])) {
+            (true, _) => takers.push("first"),
+            (_, true) => takers.push("second"),
+            _ => {}
+        }
+    }
+    let first_takes = takers.iter().rposition(|&t| t == "first");
+    let second_takes = takers.iter().position(|&t| t == "second");
+    assert!(
+        first_takes.is_some() && second_takes.is_some() && first_takes < second_takes,
+        "the first in line was not told first: takes in order {takers:?}"
+    );
     let fence: String = server.conn().get("redmutex:{broken}:fence").unwrap();
     assert_eq!(fence, "not a number");
     let held: bool = server.conn().exists("redmutex:{broken}").unwrap();
