@@ -228,7 +228,7 @@ impl LeaseGuard {
             self.ctx.renewal.cancel(id);
         }
         // A release that writes a value waits for its reply: the write may fail.
-        let result = match self.pass_on_within_client() {
+        let result = match self.pass_on_within_client(lost_before.is_some()) {
             Some(Ok(())) => Ok(()),
             passed => {
                 let mut keeping = None;
@@ -270,13 +270,10 @@ impl LeaseGuard {
 
     /// Passes the lock to another thread of the client instead of releasing it, when the
     /// kind hands off (see [`HandOff::pass_on`]) and the hold may: not when the release
-    /// writes a value, nor from a panicking thread, nor when the lease was lost. `None`:
-    /// release in Redis instead.
-    fn pass_on_within_client(&self) -> Option<Result<()>> {
-        if self.written().is_some()
-            || std::thread::panicking()
-            || self.hold.lease.lost_reason().is_some()
-        {
+    /// writes a value, nor from a panicking thread, nor when the lease was `lost` before the
+    /// release. `None`: release in Redis instead.
+    fn pass_on_within_client(&self, lost: bool) -> Option<Result<()>> {
+        if lost || self.written().is_some() || std::thread::panicking() {
             return None;
         }
         self.hold.hand_off?.pass_on(&self.ctx, &self.hold)
