@@ -22,9 +22,11 @@
 //!    holder runs in the same process as the previous one.
 //!
 //! 4. Contention as it grows: 1, 2, 4, 8 and 16 processes x 4 threads take one `Mutex` in a
-//!    loop with an empty critical section, beside 4 x 2 in the same rounds (interleaved).
-//!    Reports hand-offs per second, the wait of each acquire (p50/p99/p99.9), Jain's index over
-//!    the threads and over the processes, and the ratio of 16 x 4 to 4 x 2 within each round.
+//!    loop with an empty critical section, beside 4 x 2 in the same rounds (interleaved; 4 x 2
+//!    and 16 x 4 back to back). Reports hand-offs per second, the wait of each acquire
+//!    (p50/p99/p99.9), Jain's index over the threads and over the processes, the ratio of
+//!    16 x 4 to 4 x 2 within each round, and the share of the machine's CPU time that other
+//!    guests of the host took while those two ran.
 //!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
@@ -131,7 +133,7 @@ fn mode() -> Mode {
 }
 
 fn mode_defaults() -> Mode {
-    if std::env::args().any(|a| a == "--bench") {
+    if common::measuring() {
         Mode {
             processes: 4,
             threads: 4,
@@ -1074,13 +1076,31 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
     shapes.extend(mode.growth_processes.iter().map(|&p| (p, threads)));
     println!(
         "contention as it grows: Mutex, empty critical section, {} rounds of {:?}, shapes \
-         interleaved; beside {} x {}",
+         interleaved; beside {} x {}, run back to back with the largest",
         mode.rounds, mode.peer_run, mode.growth_reference.0, mode.growth_reference.1
     );
     let mut results: Vec<Vec<HandoffResult>> = shapes.iter().map(|_| Vec::new()).collect();
+    let last = shapes.len() - 1;
+    // The steal of CPU time by other guests while the reference and the largest shape ran.
+    let mut steals = Vec::new();
     for round in 0..mode.rounds {
-        for i in 0..shapes.len() {
-            let at = (i + round) % shapes.len();
+        // The shapes between in turn, then the reference and the largest back to back (their
+        // order alternating by round): their ratio compares two runs seconds apart, which
+        // share the host's weather, not two runs as far apart as a whole round.
+        let mut order: Vec<usize> = (1..last).collect();
+        let turn = round % order.len().max(1);
+        order.rotate_left(turn);
+        let pair_from = order.len();
+        match (last, round % 2) {
+            (0, _) => order.push(0),
+            (_, 0) => order.extend([0, last]),
+            _ => order.extend([last, 0]),
+        }
+        let mut pair_host = None;
+        for (i, &at) in order.iter().enumerate() {
+            if i == pair_from {
+                pair_host = common::HostTime::now();
+            }
             let (processes, threads) = shapes[at];
             let load = Workload {
                 name: "growth",
@@ -1091,7 +1111,9 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
             };
             results[at].push(handoff_round(server, &load, Contender::Mutex));
         }
+        steals.push(pair_host.map_or(0.0, |h| h.steal_share_since()));
     }
+    let steal = common::spread(steals);
     let pick = |s: usize, f: fn(&HandoffResult) -> f64| median(results[s].iter().map(f).collect());
     println!(
         "  {:<10}{:>24}{:>18}{:>12}{:>12}{:>12}{:>8}{:>8}{:>8}",
@@ -1141,7 +1163,6 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
         ));
     }
     // The largest shape against the reference, within each round.
-    let last = shapes.len() - 1;
     let ratio = median(
         results[last]
             .iter()
@@ -1152,19 +1173,33 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
             .collect(),
     );
     println!(
-        "  {} x {} / {} x {} hand-offs/s: {:.3} [{:.3} .. {:.3}]",
-        shapes[last].0, shapes[last].1, shapes[0].0, shapes[0].1, ratio.0, ratio.1, ratio.2
+        "  {} x {} / {} x {} hand-offs/s: {:.3} [{:.3} .. {:.3}], measured back to back; \
+         CPU time taken by other guests meanwhile {:.1} % [{:.1} .. {:.1}]",
+        shapes[last].0,
+        shapes[last].1,
+        shapes[0].0,
+        shapes[0].1,
+        ratio.0,
+        ratio.1,
+        ratio.2,
+        steal.median * 100.0,
+        steal.min * 100.0,
+        steal.max * 100.0
     );
     json.push((
         "growth".to_owned(),
         format!(
             "{{\n    \"reference\": {},\n    \"by_processes\": [\n      {}\n    ],\n    \
-             \"largest_to_reference\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}}\n  }}",
+             \"largest_to_reference\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}},\n    \
+             \"host_steal\": {{\"median\": {:.4}, \"min\": {:.4}, \"max\": {:.4}}}\n  }}",
             rows[0],
             rows[1..].join(",\n      "),
             ratio.0,
             ratio.1,
-            ratio.2
+            ratio.2,
+            steal.median,
+            steal.min,
+            steal.max
         ),
     ));
 }
@@ -1334,6 +1369,9 @@ fn main() {
         growth_section(&server, &mode, &mut json);
     }
     if mode.measuring {
+        // The share of CPU time other guests took during the sections run now.
+        let steal = common::host_steal_of_run();
+        json.push(("host_steal".to_owned(), format!("{steal:.4}")));
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
         if std::fs::create_dir_all(&dir).is_ok() {
             let path = dir.join("contended.json");

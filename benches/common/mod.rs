@@ -33,9 +33,61 @@ pub const CRATE_RELEASE_LUA: &str = concat!(
 );
 
 /// Whether this is a real measurement (`cargo bench`, which passes `--bench`) rather than
-/// the short smoke run of `cargo test --benches`.
+/// the short smoke run of `cargo test --benches`. Asked first thing by every benchmark, it
+/// also marks the start of the run for [`host_steal_of_run`].
 pub fn measuring() -> bool {
+    RUN_START.get_or_init(HostTime::now);
     crate::support::measuring()
+}
+
+/// The machine's CPU time as Linux counts it (`/proc/stat`, all CPUs, in clock ticks): the
+/// time the hypervisor gave to other guests while this one had work ("steal"), and all of
+/// it. On a shared virtual machine a round that lost much CPU to other guests measures the
+/// host as much as the code: the benchmarks report that share beside their figures.
+#[derive(Clone, Copy, Debug)]
+pub struct HostTime {
+    steal: u64,
+    total: u64,
+}
+
+static RUN_START: std::sync::OnceLock<Option<HostTime>> = std::sync::OnceLock::new();
+
+impl HostTime {
+    /// Now; `None` where `/proc/stat` cannot be read.
+    pub fn now() -> Option<HostTime> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = stat.lines().next()?.strip_prefix("cpu ")?;
+        let ticks: Vec<u64> = line
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        // user nice system idle iowait irq softirq steal (guest time is within user).
+        let total = ticks.iter().take(8).sum();
+        Some(HostTime {
+            steal: *ticks.get(7)?,
+            total,
+        })
+    }
+
+    /// The share of the machine's CPU time since `self` that the hypervisor gave to others.
+    pub fn steal_share_since(&self) -> f64 {
+        match HostTime::now() {
+            Some(now) if now.total > self.total => {
+                now.steal.saturating_sub(self.steal) as f64 / (now.total - self.total) as f64
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+/// The share of the machine's CPU time the hypervisor gave to other guests since this
+/// benchmark began (see [`HostTime`]).
+pub fn host_steal_of_run() -> f64 {
+    RUN_START
+        .get()
+        .copied()
+        .flatten()
+        .map_or(0.0, |start| start.steal_share_since())
 }
 
 /// A figure measured over several rounds.
@@ -140,7 +192,15 @@ pub fn write_results(name: &str, json: &Json) {
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
     let path = dir.join(format!("{name}.json"));
-    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, json.render())) {
+    let mut body = json.render();
+    // The share of CPU time other guests took meanwhile, as the object's last field.
+    if let Some(open) = body.rfind("\n}") {
+        body.insert_str(
+            open,
+            &format!(",\n  \"host_steal\": {:.4}", host_steal_of_run()),
+        );
+    }
+    match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, body)) {
         Ok(()) => println!("figures written to {}", path.display()),
         Err(e) => eprintln!("could not write {}: {e}", path.display()),
     }
