@@ -130,7 +130,7 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_and_forgets_no_waiter() {
     assert_holds(Handoff {
         threads: vec![2, 1],
         acquisitions: 2,
-        fix: Fix::ComingLeader,
+        fix: Fix::Barging,
         faults: false,
         give_up: false,
     });
@@ -163,7 +163,7 @@ fn the_handoff_keeps_exclusion_and_rising_tokens_under_faults() {
         assert_holds(Handoff {
             threads,
             acquisitions,
-            fix: Fix::ComingLeader,
+            fix: Fix::Barging,
             faults: true,
             give_up: false,
         });
@@ -250,7 +250,7 @@ fn the_handoff_forgets_no_waiter_when_a_waiter_gives_up() {
         assert_holds(Handoff {
             threads,
             acquisitions,
-            fix: Fix::ComingLeader,
+            fix: Fix::Barging,
             faults: false,
             give_up: true,
         });

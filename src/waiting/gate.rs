@@ -34,6 +34,15 @@ pub(crate) const COHORT_TIME: Duration = Duration::from_millis(2);
 /// the time: a bound on the unfairness that does not depend on the hold times.
 pub(crate) const COHORT_PASSES: u32 = 16;
 
+/// At most this many passes in a row go to threads that came for the lock while the pass
+/// waited for the gate's leader (see [`Gates::lead`]), rather than to the leader; then one
+/// waits for the leader. A pass to a thread that runs (often the holder, back for the lock)
+/// costs no wake-up of a parked one, which takes 10 to 30 us on two busy cores where the pass
+/// itself takes a few; one pass in four to the leader, in the gate's order, serves every
+/// thread of a client of four within each run of [`COHORT_PASSES`] passes. parking_lot's
+/// mutex lets a running thread barge the same way, and forces a fair hand-off now and then.
+pub(crate) const BARGES: u32 = 3;
+
 /// The run of holds of one lock by the threads of one client, passed from one to the next
 /// without a release in Redis.
 #[derive(Clone, Copy, Debug)]
@@ -47,6 +56,8 @@ pub(crate) struct Cohort {
     contested: bool,
     /// Fencing tokens reserved for passes without a round trip: the next, and the last.
     block: (u64, u64),
+    /// Passes in a row taken by threads that came meanwhile, not by the gate's leader.
+    barged: u32,
 }
 
 impl Cohort {
@@ -58,7 +69,13 @@ impl Cohort {
             passes: 0,
             contested: false,
             block: (1, 0),
+            barged: 0,
         }
+    }
+
+    /// Whether a thread that comes for the lock may take a pass meant for the gate's leader.
+    fn may_barge(&self) -> bool {
+        self.barged < BARGES
     }
 
     /// Whether the holder may pass the lock on within its client instead of releasing it:
@@ -104,12 +121,14 @@ impl Cohort {
                 passes: 0,
                 contested: false,
                 block,
+                ..self
             },
             (false, true) => Cohort {
                 since: Instant::now(),
                 passes: 1,
                 contested: true,
                 block,
+                ..self
             },
             (true, true) => Cohort {
                 passes: self.passes + 1,
@@ -138,6 +157,8 @@ pub(crate) struct Passed {
     pub(crate) fencing_token: u64,
     pub(crate) expires_at: Instant,
     pub(crate) cohort: Cohort,
+    /// How the holder that passed it expected the leader to take it.
+    taker: Taker,
     give_back: Option<Box<dyn FnOnce() + Send>>,
 }
 
@@ -145,13 +166,14 @@ impl Passed {
     pub(crate) fn new(
         (token, fencing_token): (Arc<str>, u64),
         (expires_at, cohort): (Instant, Cohort),
-        give_back: Box<dyn FnOnce() + Send>,
+        (taker, give_back): (Taker, Box<dyn FnOnce() + Send>),
     ) -> Self {
         Passed {
             token,
             fencing_token,
             expires_at,
             cohort,
+            taker,
             give_back: Some(give_back),
         }
     }
@@ -159,6 +181,14 @@ impl Passed {
     /// Taken by the waiter: nothing is given back.
     pub(crate) fn take(mut self) -> Self {
         self.give_back = None;
+        self.cohort.barged = 0;
+        self
+    }
+
+    /// To be taken by a thread that came for the lock before the leader it was passed to
+    /// took it.
+    fn barge(mut self) -> Self {
+        self.cohort.barged += 1;
         self
     }
 }
@@ -424,9 +454,20 @@ pub(crate) struct GatePass<'a> {
     pub(crate) entered: Entered,
     /// The holds of its shard's locks begun when it entered.
     begun: HoldsBegun,
+    /// A lock passed to the leader that this thread took as it entered (see [`Gates::lead`]).
+    barged: Option<Box<Passed>>,
 }
 
 impl GatePass<'_> {
+    /// The lock this thread took as it entered the gate, passed to a leader that had not
+    /// taken it yet: it holds the lock, and leaves the gate.
+    pub(crate) fn take_barged(&mut self) -> Option<Passed> {
+        self.barged.take().map(|mut passed| {
+            passed.give_back = None;
+            *passed
+        })
+    }
+
     /// Takes what the previous leader left, if anything.
     pub(crate) fn take_baton(&self) -> Option<Baton> {
         self.gate.state.lock().baton.take()
@@ -597,14 +638,14 @@ impl Gates {
     /// Hands `passed` (a lock of `kind`) to the leader of `key`'s gate and wakes it, or
     /// leaves it to the leader about to begin; gives it back when there is no leader to take
     /// it any more (it is dropped, which releases it in Redis).
-    pub(crate) fn pass_on(&self, key: &str, kind: &str, passed: Passed) -> Result<(), Passed> {
+    pub(crate) fn pass_on(&self, key: &str, kind: &str, passed: Passed) -> Result<(), Box<Passed>> {
         let shard = self.shard(key).lock();
         let Some(gate) = shard.gates.get(key) else {
-            return Err(passed);
+            return Err(Box::new(passed));
         };
         let mut state = gate.state.lock();
         let Some((_, signal)) = state.pass_to(kind) else {
-            return Err(passed);
+            return Err(Box::new(passed));
         };
         state.passed = Some(passed);
         drop(state);
@@ -670,6 +711,12 @@ impl Gates {
     /// leader, until `deadline`. `Err` when the deadline passed first: the thread is in the
     /// gate until that pass drops, as a follower. `taker`: how it takes a lock passed to it
     /// (`None`: it takes none).
+    ///
+    /// A lock passed to the leader that the leader has not taken yet (it is waking up) goes
+    /// to this thread instead, when it takes it alike and fewer than [`BARGES`] passes in a
+    /// row went so: it returns at once, holding that lock in its pass
+    /// ([`GatePass::take_barged`]). The leader, woken for nothing, waits on while the lock
+    /// stays in its client (`tests/wait_model.rs`, `Fix::Barging`).
     pub(crate) fn lead(
         &self,
         key: &Arc<str>,
@@ -695,8 +742,17 @@ impl Gates {
             waited: false,
             entered,
             begun,
+            barged: None,
         };
         let mut state = pass.gate.state.lock();
+        if state.taken() && taker.is_some() {
+            let pending = state.passed.as_ref();
+            if pending.is_some_and(|p| Some(p.taker) == taker && p.cohort.may_barge()) {
+                pass.barged = state.passed.take().map(|p| Box::new(p.barge()));
+                drop(state);
+                return Ok(pass);
+            }
+        }
         if state.taken() {
             pass.waited = true;
             state.queued += 1;
@@ -752,6 +808,7 @@ impl Gates {
             waited: false,
             entered: Entered::Plainly,
             begun,
+            barged: None,
         })
     }
 }
@@ -981,9 +1038,12 @@ mod tests {
         Passed::new(
             (Arc::from("token"), 7),
             (Instant::now() + Duration::from_secs(30), Cohort::start()),
-            Box::new(move || {
-                given_back.fetch_add(1, Ordering::SeqCst);
-            }),
+            (
+                TAKER,
+                Box::new(move || {
+                    given_back.fetch_add(1, Ordering::SeqCst);
+                }),
+            ),
         )
     }
 
@@ -1069,6 +1129,51 @@ mod tests {
         drop(refused.expect_err("nobody to take it"));
         assert_eq!(given_back.load(Ordering::SeqCst), 1, "released instead");
         drop(follower);
+    }
+
+    /// A thread that comes while a pass waits for the leader takes it, at most [`BARGES`]
+    /// times in a row; then the pass waits for the leader, which resets the count. A thread
+    /// that would take the lock otherwise (another lease) never takes it.
+    #[test]
+    fn a_thread_that_comes_takes_a_waiting_pass_a_bounded_number_of_times_in_a_row() {
+        let gates = Gates::default();
+        let key: Arc<str> = Arc::from("k");
+        let leader = gates.lead(&key, (None, Some(TAKER)), None).ok().unwrap();
+        leader.listen(Some(Arc::new(Signal::default())), TAKER);
+        let given_back = Arc::new(AtomicUsize::new(0));
+        let mut pass = passed(&given_back);
+        for barged in 1..=BARGES {
+            assert!(gates.pass_on(&key, "mutex", pass).is_ok());
+            let other = Taker {
+                lease: Duration::from_secs(5),
+                ..TAKER
+            };
+            let unlike = gates.lead(&key, (Some(Instant::now()), Some(other)), None);
+            assert!(unlike.is_err(), "another lease: it waits behind the leader");
+            drop(unlike);
+            let mut came = gates.lead(&key, (None, Some(TAKER)), None).ok().unwrap();
+            let taken = came.take_barged().expect("the waiting pass");
+            assert_eq!(taken.cohort.barged, barged);
+            drop(came);
+            pass = Passed::new(
+                (Arc::clone(&taken.token), taken.fencing_token + 1),
+                (taken.expires_at, taken.cohort),
+                (TAKER, Box::new(|| {})),
+            );
+        }
+        assert!(gates.pass_on(&key, "mutex", pass).is_ok());
+        let came = gates.lead(&key, (Some(Instant::now()), Some(TAKER)), None);
+        let came = came.err().expect("the bound: it waits behind the leader");
+        drop(came);
+        let taken = leader
+            .take_passed()
+            .expect("the pass waited for the leader");
+        assert_eq!(
+            taken.cohort.barged, 0,
+            "the leader took it: the count begins anew"
+        );
+        assert_eq!(given_back.load(Ordering::SeqCst), 0, "nothing given back");
+        drop(leader);
     }
 
     fn eventually(mut cond: impl FnMut() -> bool) -> bool {

@@ -198,13 +198,16 @@ pub(crate) fn contend<W>(
         taker,
     } = contending;
     let wait = w.counters.contended_wait();
-    let pass = match w.gates.lead(lock_key, (deadline, Some(taker)), coming) {
+    let mut pass = match w.gates.lead(lock_key, (deadline, Some(taker)), coming) {
         Ok(pass) => pass,
         Err(follower) => {
             give_up(&follower);
             return wait.finish(Ok(None));
         }
     };
+    if let Some(passed) = pass.take_barged() {
+        return wait.finish(take_over(passed).map(Some));
+    }
     // Releases that name one client: its threads pass the turn on (see `attempt` above).
     // Other releases wake every waiter, and each leader attempts.
     let named = filter.is_some();
@@ -260,6 +263,14 @@ pub(crate) fn contend<W>(
         }
         waited = named;
         silent = named && pause.waited_whole_period() && pause.seen() == seen;
+        // Woken for a pass that a thread of this client took as it came (see `Gates::lead`):
+        // that sibling holds now, and its release passes the lock to this leader or keeps
+        // its client's place, as when the leader began.
+        // The count is read first: a pass after it wakes the wait.
+        let seen = pause.seen();
+        if named && pause.is_live() && pass.sibling_holds() {
+            skip_attempt = Some((seen, KEPT_PLACE_WAIT, Release::Announced));
+        }
     }
 }
 

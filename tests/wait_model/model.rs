@@ -186,6 +186,9 @@ pub(crate) struct State {
 pub(crate) enum Action {
     /// A thread calls `lock()`.
     Lock(u8, u8),
+    /// A thread calls `lock()` while a pass waits for its gate's leader, and takes that pass
+    /// (from `Fix::Barging`).
+    Barge(u8, u8),
     /// Redis runs the acquire script of a thread's attempt.
     RunAttempt(u8, u8),
     /// A thread whose first attempt failed enters the gate; its subscription was live before
@@ -268,6 +271,12 @@ pub(crate) enum Fix {
     /// not a fix, the pass rule of `Gates::pass_on` since lock cohorting no longer waits for
     /// the next leader to listen.
     ComingLeader,
+    /// And a thread that comes for the lock while a pass waits for its gate's leader takes
+    /// that pass (the bound on such passes in a row is left out: either step may happen),
+    /// and a leader woken without a pass while a sibling holds waits on without an attempt:
+    /// not a fix, the pass rule of `Gates::lead` since a pass goes to a running thread
+    /// first.
+    Barging,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -783,7 +792,12 @@ impl Model for Handoff {
             for (t, worker) in threads.iter().enumerate() {
                 let (c, t) = (c as u8, t as u8);
                 match &worker.now {
-                    Thread::Idle if worker.left > 0 => actions.push(Action::Lock(c, t)),
+                    Thread::Idle if worker.left > 0 => {
+                        actions.push(Action::Lock(c, t));
+                        if self.fix >= Fix::Barging && g.passed.is_some() {
+                            actions.push(Action::Barge(c, t));
+                        }
+                    }
                     Thread::First { .. } | Thread::Attempting { .. } => {
                         actions.push(Action::RunAttempt(c, t))
                     }
@@ -921,7 +935,25 @@ impl Model for Handoff {
                     }
                 }
             }
-            Action::Wake(c, t, overdue) => self.next_attempt(&mut s, (c, t), false, overdue),
+            Action::Barge(c, t) => {
+                // `Gates::lead`: it enters the gate (a sibling holds: its hold is placed),
+                // takes the pass and leaves.
+                let g = &mut s.gates[c as usize];
+                let (token, fence) = g.passed.take()?;
+                g.held = Some(true);
+                self.begin_hold(&mut s, (c, t), token, fence, true);
+            }
+            Action::Wake(c, t, overdue) => {
+                let g = &s.gates[c as usize];
+                // `contend`: woken for a pass that a sibling took as it came, the leader waits
+                // on while that sibling holds.
+                if self.fix >= Fix::Barging && g.passed.is_none() && g.held.is_some() {
+                    let seen = g.signal;
+                    Self::set(&mut s, (c, t), Thread::Sleeping { seen, short: false });
+                } else {
+                    self.next_attempt(&mut s, (c, t), false, overdue);
+                }
+            }
             Action::Pass(c, t) => {
                 let Thread::Holding { token, fence } = *self.thread(last, (c, t)) else {
                     return None;

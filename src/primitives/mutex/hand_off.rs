@@ -70,11 +70,14 @@ impl HandOff for MutexProtocol {
         let passed = Passed::new(
             (Arc::clone(&hold.token), fencing_token),
             (expires_at, cohort),
-            Box::new(move || {
-                if let Some(ctx) = weak.upgrade() {
-                    give_back(&ctx, &kept);
-                }
-            }),
+            (
+                taker,
+                Box::new(move || {
+                    if let Some(ctx) = weak.upgrade() {
+                        give_back(&ctx, &kept);
+                    }
+                }),
+            ),
         );
         // A waiter that left meanwhile: the lock passed to nobody is released in Redis.
         if let Err(unwanted) = ctx.gates.pass_on(&hold.lock_key, kind, passed) {

@@ -342,7 +342,7 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
     let model = Handoff {
         threads: vec![2, 2, 1],
         acquisitions: 3,
-        fix: Fix::ComingLeader,
+        fix: Fix::Barging,
         faults: false,
         give_up: true,
     };
