@@ -16,13 +16,13 @@
 //! forgotten (a state in which nothing can happen any more while a thread still waits, so
 //! that only a re-check period would wake it), whether its client is missing from the waiting
 //! set (a lost place) or a release named another client that had nobody waiting (a stale
-//! place). Nine versions of the protocol ([`Fix`]): before the fix of the lost place, of the
+//! place). Ten versions of the protocol ([`Fix`]): before the fix of the lost place, of the
 //! stale place, of the early place, of the withdrawn place, of the place kept for nobody, of
 //! the turn after a yield and of the place of a waiter that gave up, each of which the model
-//! shows failing (its shortest counterexample); the protocol with those fixes; and the
-//! protocol as the scripts and the client run it (whose holders also pass the lock to a
-//! leader about to begin), which holds every property, with faults and with waiters that
-//! give up.
+//! shows failing (its shortest counterexample); the protocol with those fixes; with the pass
+//! to a leader about to begin; and the protocol as the scripts and the client run it (whose
+//! threads also take a pass that waits for its leader as they come), which holds every
+//! property, with faults and with waiters that give up.
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
 //! counter: exclusion, rising tokens, first come first served, and no waiter forgotten.

@@ -262,14 +262,17 @@ pub(crate) fn contend<W>(
             return wait.finish(end);
         }
         waited = named;
-        silent = named && pause.waited_whole_period() && pause.seen() == seen;
-        // Woken for a pass that a thread of this client took as it came (see `Gates::lead`):
-        // that sibling holds now, and its release passes the lock to this leader or keeps
-        // its client's place, as when the leader began.
-        // The count is read first: a pass after it wakes the wait.
-        let seen = pause.seen();
-        if named && pause.is_live() && pass.sibling_holds() {
-            skip_attempt = Some((seen, KEPT_PLACE_WAIT, Release::Announced));
+        // The count is read before the sibling's hold is looked at: a pass after it wakes
+        // the next wait.
+        let now_seen = pause.seen();
+        silent = named && pause.waited_whole_period() && now_seen == seen;
+        // Woken (for a pass that a thread of this client took as it came: see
+        // `Gates::lead`) while a sibling holds: that sibling's release passes the lock to
+        // this leader or keeps its client's place, as when the leader began. A wait that
+        // ended unwoken attempts, as ever: a sibling whose lease was lost still counts as
+        // holding until its guard goes.
+        if now_seen != seen && named && pause.is_live() && pass.sibling_holds() {
+            skip_attempt = Some((now_seen, KEPT_PLACE_WAIT, Release::Announced));
         }
     }
 }

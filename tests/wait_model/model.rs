@@ -945,9 +945,13 @@ impl Model for Handoff {
             }
             Action::Wake(c, t, overdue) => {
                 let g = &s.gates[c as usize];
+                let woken = match *self.thread(last, (c, t)) {
+                    Thread::Sleeping { seen, .. } => g.signal > seen,
+                    _ => false,
+                };
                 // `contend`: woken for a pass that a sibling took as it came, the leader waits
-                // on while that sibling holds.
-                if self.fix >= Fix::Barging && g.passed.is_none() && g.held.is_some() {
+                // on while that sibling holds (a short wait that ended unwoken attempts).
+                if self.fix >= Fix::Barging && woken && g.passed.is_none() && g.held.is_some() {
                     let seen = g.signal;
                     Self::set(&mut s, (c, t), Thread::Sleeping { seen, short: false });
                 } else {
