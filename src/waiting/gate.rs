@@ -178,7 +178,8 @@ impl Passed {
         }
     }
 
-    /// Taken by the waiter: nothing is given back.
+    /// Taken by the leader it was passed to: nothing is given back, and the count of passes
+    /// taken by threads that came begins anew.
     pub(crate) fn take(mut self) -> Self {
         self.give_back = None;
         self.cohort.barged = 0;
