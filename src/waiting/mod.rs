@@ -262,19 +262,29 @@ pub(crate) fn contend<W>(
             return wait.finish(end);
         }
         waited = named;
-        // The count is read before the sibling's hold is looked at: a pass after it wakes
-        // the next wait.
-        let now_seen = pause.seen();
-        silent = named && pause.waited_whole_period() && now_seen == seen;
-        // Woken (for a pass that a thread of this client took as it came: see
-        // `Gates::lead`) while a sibling holds: that sibling's release passes the lock to
-        // this leader or keeps its client's place, as when the leader began. A wait that
-        // ended unwoken attempts, as ever: a sibling whose lease was lost still counts as
-        // holding until its guard goes.
-        if now_seen != seen && named && pause.is_live() && pass.sibling_holds() {
-            skip_attempt = Some((now_seen, KEPT_PLACE_WAIT, Release::Announced));
-        }
+        (silent, skip_attempt) = after_wait(&pass, &pause, named, seen);
     }
+}
+
+/// What a leader does after a wait that began at the wake-up count `seen`: whether its next
+/// attempt is a re-check (a whole period passed in silence), and the attempt it skips when it
+/// was woken (for a pass that a thread of its client took as it came: see `Gates::lead`)
+/// while a sibling holds: that sibling's release passes the lock to it or keeps its client's
+/// place, as when the leader began. A wait that ended unwoken attempts, as ever: a sibling
+/// whose lease was lost still counts as holding until its guard goes.
+fn after_wait(
+    pass: &GatePass<'_>,
+    pause: &Pause,
+    named: bool,
+    seen: u64,
+) -> (bool, Option<Earlier>) {
+    // The count is read before the sibling's hold is looked at: a pass after it wakes the
+    // next wait.
+    let now_seen = pause.seen();
+    let silent = named && pause.waited_whole_period() && now_seen == seen;
+    let woken_behind_sibling = now_seen != seen && named && pause.is_live() && pass.sibling_holds();
+    let skip = woken_behind_sibling.then_some((now_seen, KEPT_PLACE_WAIT, Release::Announced));
+    (silent, skip)
 }
 
 /// A leader's deadline passed: no pass may come now; one that came first is taken, else the
