@@ -234,12 +234,7 @@ fn main() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
     if mode.measuring && std::fs::create_dir_all(&dir).is_ok() {
         let path = dir.join("uncontended.json");
-        let mut json = json;
-        if let Some(end) = json.rfind("\n}") {
-            let steal = common::host_steal_of_run();
-            json.insert_str(end, &format!(",\n  \"host_steal\": {steal:.4}"));
-        }
-        match std::fs::write(&path, json) {
+        match std::fs::write(&path, common::with_host_steal(json)) {
             Ok(()) => println!("  figures written to {}", path.display()),
             Err(e) => eprintln!("  could not write {}: {e}", path.display()),
         }

@@ -90,6 +90,16 @@ pub fn host_steal_of_run() -> f64 {
         .map_or(0.0, |start| start.steal_share_since())
 }
 
+/// A benchmark's JSON object with the share of CPU time other guests took during the run
+/// ([`host_steal_of_run`]) as its last field.
+pub fn with_host_steal(mut body: String) -> String {
+    if let Some(end) = body.rfind("\n}") {
+        let steal = host_steal_of_run();
+        body.insert_str(end, &format!(",\n  \"host_steal\": {steal:.4}"));
+    }
+    body
+}
+
 /// A figure measured over several rounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Spread {
@@ -192,14 +202,7 @@ pub fn write_results(name: &str, json: &Json) {
     }
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-results");
     let path = dir.join(format!("{name}.json"));
-    let mut body = json.render();
-    // The share of CPU time other guests took meanwhile, as the object's last field.
-    if let Some(open) = body.rfind("\n}") {
-        body.insert_str(
-            open,
-            &format!(",\n  \"host_steal\": {:.4}", host_steal_of_run()),
-        );
-    }
+    let body = with_host_steal(json.render());
     match std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, body)) {
         Ok(()) => println!("figures written to {}", path.display()),
         Err(e) => eprintln!("could not write {}: {e}", path.display()),
