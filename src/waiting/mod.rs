@@ -17,6 +17,7 @@ mod outage;
 mod pause;
 mod subscriber;
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -236,7 +237,6 @@ pub(crate) fn contend<W>(
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
             None => {
-                let seen = pause.seen();
                 let turn = Turn {
                     more: named && pass.others_inside(),
                     // The first attempt of a client that just gave the lock up waits behind
@@ -245,14 +245,9 @@ pub(crate) fn contend<W>(
                     overdue: waited && led_at.elapsed() >= OVERDUE,
                     recheck: std::mem::replace(&mut silent, false),
                 };
-                match attempt(turn) {
-                    Ok(Attempt::Acquired(won)) => {
-                        if turn.more {
-                            hand_subscription_on(&pass, &mut pause, seen);
-                        }
-                        return wait.finish(Ok(Some(won)));
-                    }
-                    Ok(Attempt::Held(remaining, release)) => (seen, remaining, release),
+                match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
+                    Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),
+                    Ok(ControlFlow::Continue(held)) => held,
                     Err(e) => return wait.finish(Err(e)),
                 }
             }
@@ -264,6 +259,27 @@ pub(crate) fn contend<W>(
         waited = named;
         (silent, skip_attempt) = after_wait(&pass, &pause, named, seen);
     }
+}
+
+/// The leader's attempt with `turn`: the lock won (a leader whose client's other threads
+/// wait hands its subscription on to the next), or what to wait for: the wake-up count
+/// before the attempt, the holder's remaining lease and how it releases.
+fn attempt_turn<W>(
+    pass: &GatePass<'_>,
+    pause: &mut Pause,
+    turn: Turn,
+    attempt: &mut impl FnMut(Turn) -> Result<Attempt<W>>,
+) -> Result<ControlFlow<W, Earlier>> {
+    let seen = pause.seen();
+    Ok(match attempt(turn)? {
+        Attempt::Acquired(won) => {
+            if turn.more {
+                hand_subscription_on(pass, pause, seen);
+            }
+            ControlFlow::Break(won)
+        }
+        Attempt::Held(remaining, release) => ControlFlow::Continue((seen, remaining, release)),
+    })
 }
 
 /// What a leader does after a wait that began at the wake-up count `seen`: whether its next
