@@ -159,7 +159,11 @@ impl SentinelDeployment {
         self.sentinels.iter().all(|s| {
             s.master_port() == Some(master) && {
                 // Each replica known, healthy and recently heard from: only such a replica can
-                // be promoted (else `SENTINEL FAILOVER` answers NOGOODSLAVE).
+                // be promoted (else `SENTINEL FAILOVER` answers NOGOODSLAVE). And heard to say
+                // it is a replica: a sentinel that still counts an old master turned replica
+                // as a master turns it back at once if a failover promotes it before that
+                // sentinel's next `INFO` of it, and the failover aborts (see the fault
+                // harness's `SentinelView::replicas_up`).
                 let replicas: Vec<std::collections::HashMap<String, String>> =
                     redis::cmd("SENTINEL")
                         .arg("REPLICAS")
@@ -169,6 +173,7 @@ impl SentinelDeployment {
                 replicas.len() == 2
                     && replicas.iter().all(|r| {
                         r.get("flags").map(String::as_str) == Some("slave")
+                            && r.get("role-reported").map(String::as_str) == Some("slave")
                             && r.get("master-link-status").map(String::as_str) == Some("ok")
                             && r.get("info-refresh")
                                 .and_then(|v| v.parse::<u64>().ok())

@@ -441,26 +441,55 @@ impl LockDeployment {
             Topology::Sentinel => {
                 let from = self.master_addr()?;
                 let deadline = Instant::now() + FAILOVER_LIMIT;
-                let mut replies = Vec::new();
+                // What each ask that did not take got, and what its sentinel logged after
+                // it: the record of a failover that never came.
+                let mut misses: Vec<String> = Vec::new();
+                let sentinel = self
+                    .sentinels
+                    .iter()
+                    .find(|s| self.cut.is_none() || s.host() != self.cut)
+                    .ok_or("no sentinel to ask")?;
                 'ask: loop {
-                    // Either refuses while the last failover settles (NOGOODSLAVE, a replica
-                    // still syncing): ask again.
-                    replies.push(match self.ask_for_failover() {
+                    // A refusal while the last failover settles (NOGOODSLAVE, a replica still
+                    // syncing) is asked again, once the deployment is whole again; and every
+                    // ask waits until each sentinel has heard the replicas say they are ones
+                    // (see `SentinelView::replicas_heard`).
+                    if !misses.is_empty() {
+                        self.wait_until_ready()?;
+                    }
+                    self.wait_until_roles_heard()?;
+                    let mark = sentinel.log_len();
+                    let reply = match ask_for_failover(sentinel) {
                         Ok(()) => "OK".to_owned(),
                         Err(e) => e.to_string(),
-                    });
+                    };
                     let asked = Instant::now();
-                    while asked.elapsed() < Duration::from_secs(10) {
+                    // Ten seconds for a failover that takes two, and longer while the asked
+                    // sentinel still says one is in progress.
+                    let failing_over =
+                        || sentinel_view(sentinel).is_some_and(|v| !v.failover_state.is_empty());
+                    while asked.elapsed() < Duration::from_secs(10)
+                        || (Instant::now() < deadline && failing_over())
+                    {
                         if self.master_addr().is_ok_and(|a| a != from) {
                             break 'ask;
                         }
                         std::thread::sleep(Duration::from_millis(100));
                     }
+                    misses.push(format!(
+                        "{} answered {reply}, then logged: [{}], and says of the master: {}",
+                        sentinel.addr(),
+                        sentinel.events_since(mark, 10),
+                        sentinel_view(sentinel)
+                            .map_or("no answer".to_owned(), |v| v.master_summary()),
+                    ));
                     if Instant::now() > deadline {
                         return Err(format!(
-                            "no failover away from {from}; asked {} times: {replies:?}\n\
-                             the asked sentinel's log ends:\n{}\n{}",
-                            replies.len(),
+                            "no failover away from {from} after {} asks; the last: {}\n\
+                             every ask:\n{}\nthe first sentinel's log ends:\n{}\n{}",
+                            misses.len(),
+                            misses.last().map_or("", String::as_str),
+                            misses.join("\n"),
                             self.sentinels[0].log_tail(40),
                             self.replication_report(),
                         )
@@ -470,7 +499,16 @@ impl LockDeployment {
                 // The old master follows the new one before the next fault.
                 self.wait_until_ready()?;
                 let to = self.master_addr()?;
-                Ok(format!("failed over from {from} to {to}"))
+                let misses = if misses.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " after {} asks that did not take: {}",
+                        misses.len(),
+                        misses.join("; ")
+                    )
+                };
+                Ok(format!("failed over from {from} to {to}{misses}"))
             }
         }
     }
@@ -533,16 +571,6 @@ impl LockDeployment {
             ));
         }
         report
-    }
-
-    /// Asks the sentinels to fail the master over.
-    fn ask_for_failover(&self) -> AnyResult<()> {
-        let mut conn = self.sentinels[0].connection(Duration::from_secs(5))?;
-        redis::cmd("SENTINEL")
-            .arg("FAILOVER")
-            .arg(MASTER_NAME)
-            .query::<()>(&mut conn)?;
-        Ok(())
     }
 
     /// The address (`ip:port`) of the server that serves the lock, as the deployment says
@@ -723,6 +751,35 @@ impl LockDeployment {
         named
     }
 
+    /// Waits until every sentinel has heard each replica of the master say it is a replica:
+    /// before a forced failover (see [`SentinelView::replicas_heard`]).
+    fn wait_until_roles_heard(&self) -> AnyResult<()> {
+        let deadline = Instant::now() + FAILOVER_LIMIT;
+        loop {
+            let heard = self.sentinels.iter().all(|s| {
+                sentinel_view(s).is_some_and(|v| {
+                    self.nodes
+                        .iter()
+                        .map(RedisProcess::addr)
+                        .filter(|a| *a != v.master)
+                        .all(|a| v.replicas_heard.contains(&a))
+                })
+            });
+            if heard {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the sentinels did not all hear the replicas report their role in \
+                     {FAILOVER_LIMIT:?}\n{}",
+                    self.settle_report()
+                )
+                .into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Under Sentinel: every sentinel names the same master, sees it up with both replicas
     /// and the two other sentinels, and sees both replicas up; the master has both
     /// replicas and each follows it with its link up (an old master cut off and back is a
@@ -815,16 +872,56 @@ fn text_of(node: &RedisProcess, command: &[&str]) -> Option<String> {
         .ok()
 }
 
+/// Asks `sentinel` to fail the master over (`SENTINEL FAILOVER`).
+fn ask_for_failover(sentinel: &RedisProcess) -> AnyResult<()> {
+    let mut conn = sentinel.connection(Duration::from_secs(5))?;
+    redis::cmd("SENTINEL")
+        .arg("FAILOVER")
+        .arg(MASTER_NAME)
+        .query::<()>(&mut conn)?;
+    Ok(())
+}
+
 /// What one sentinel says of the master.
 #[derive(Debug)]
 struct SentinelView {
     /// `ip:port`
     master: String,
     master_flags: String,
+    /// `failover-state` and `config-epoch` of `SENTINEL MASTER`.
+    failover_state: String,
+    config_epoch: String,
     other_sentinels: String,
     /// The replicas it sees up (flags `slave` only), as `ip:port`. (Whether their link is up,
     /// it learns from their `INFO` every 10 s; the replicas themselves say it sooner.)
     replicas_up: Vec<String>,
+    /// Of those, the ones it has heard say they are replicas (`role-reported`).
+    ///
+    /// The role matters to a forced failover: an old master that a sentinel turned into a
+    /// replica still counts as a master reporting the wrong role, to the sentinels, until
+    /// each one's next `INFO` of it, up to 10 s later. Promote it before then, and such a
+    /// sentinel's `INFO` finds it a master again, its role unchanged since long enough: it
+    /// turns it back into a replica at once (`+convert-to-slave`), before the promoting
+    /// sentinel has seen the promotion, which then aborts (`-failover-abort-slave-timeout`).
+    /// Asked again every 10 s, in step with that sentinel's `INFO`, the failover was undone
+    /// six times in a row once. A failover is asked only once every sentinel has heard each
+    /// replica say it is one.
+    replicas_heard: Vec<String>,
+}
+
+impl SentinelView {
+    /// One line: the master's address, flags, failover state, configuration epoch, and the
+    /// replicas seen up.
+    fn master_summary(&self) -> String {
+        format!(
+            "{} flags {} failover-state {:?} config-epoch {} replicas up {:?}",
+            self.master,
+            self.master_flags,
+            self.failover_state,
+            self.config_epoch,
+            self.replicas_up
+        )
+    }
 }
 
 fn sentinel_view(sentinel: &RedisProcess) -> Option<SentinelView> {
@@ -848,10 +945,17 @@ fn sentinel_view(sentinel: &RedisProcess) -> Option<SentinelView> {
     Some(SentinelView {
         master: format!("{ip}:{port}"),
         master_flags: get(&master, "flags"),
+        failover_state: get(&master, "failover-state"),
+        config_epoch: get(&master, "config-epoch"),
         other_sentinels: get(&master, "num-other-sentinels"),
         replicas_up: replicas
             .iter()
             .filter(|r| get(r, "flags") == "slave")
+            .map(|r| format!("{}:{}", get(r, "ip"), get(r, "port")))
+            .collect(),
+        replicas_heard: replicas
+            .iter()
+            .filter(|r| get(r, "flags") == "slave" && get(r, "role-reported") == "slave")
             .map(|r| format!("{}:{}", get(r, "ip"), get(r, "port")))
             .collect(),
     })

@@ -200,13 +200,41 @@ impl RedisProcess {
 
     /// The last `lines` lines of the server's log, for a report of what went wrong.
     pub fn log_tail(&self, lines: usize) -> String {
+        let text = self.log_text();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// How many lines the server's log has now: a mark for [`RedisProcess::events_since`].
+    pub fn log_len(&self) -> usize {
+        self.log_text().lines().count()
+    }
+
+    /// The warnings of the log (a sentinel's events: `+try-failover`, `-failover-abort-…`,
+    /// `+tilt`, `+sdown`, …) after line `mark`, the last `most` of them, each as its time
+    /// and its first words: short enough to name a fault's cause in one line of an error.
+    pub fn events_since(&self, mark: usize, most: usize) -> String {
+        let text = self.log_text();
+        let events: Vec<String> = text
+            .lines()
+            .skip(mark)
+            // `pid:X dd Mon yyyy hh:mm:ss.mmm # event`: warnings carry `#`.
+            .filter_map(|line| {
+                let (head, event) = line.split_once(" # ")?;
+                let time = head.rsplit(' ').next().unwrap_or("");
+                let event: Vec<&str> = event.split_whitespace().take(4).collect();
+                Some(format!("{time} {}", event.join(" ")))
+            })
+            .collect();
+        events[events.len().saturating_sub(most)..].join("; ")
+    }
+
+    fn log_text(&self) -> String {
         let name = match self.role {
             Role::Sentinel { .. } => "sentinel.log",
             Role::Data(_) => "redis.log",
         };
-        let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
     }
 
     pub fn port(&self) -> u16 {
