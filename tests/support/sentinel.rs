@@ -163,7 +163,7 @@ impl SentinelDeployment {
                 // it is a replica: a sentinel that still counts an old master turned replica
                 // as a master turns it back at once if a failover promotes it before that
                 // sentinel's next `INFO` of it, and the failover aborts (see the fault
-                // harness's `SentinelView::replicas_up`).
+                // harness's `SentinelView::replicas_heard`).
                 let replicas: Vec<std::collections::HashMap<String, String>> =
                     redis::cmd("SENTINEL")
                         .arg("REPLICAS")

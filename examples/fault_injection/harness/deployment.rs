@@ -486,11 +486,11 @@ impl LockDeployment {
                     if Instant::now() > deadline {
                         return Err(format!(
                             "no failover away from {from} after {} asks; the last: {}\n\
-                             every ask:\n{}\nthe first sentinel's log ends:\n{}\n{}",
+                             every ask:\n{}\nthe asked sentinel's log ends:\n{}\n{}",
                             misses.len(),
                             misses.last().map_or("", String::as_str),
                             misses.join("\n"),
-                            self.sentinels[0].log_tail(40),
+                            sentinel.log_tail(40),
                             self.replication_report(),
                         )
                         .into());
@@ -942,21 +942,21 @@ fn sentinel_view(sentinel: &RedisProcess) -> Option<SentinelView> {
         .query(&mut conn)
         .ok()?;
     let get = |m: &HashMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
+    // The replicas whose fields have these values, as `ip:port`.
+    let replicas_where = |fields: &[(&str, &str)]| -> Vec<String> {
+        replicas
+            .iter()
+            .filter(|r| fields.iter().all(|(k, v)| get(r, k) == *v))
+            .map(|r| format!("{}:{}", get(r, "ip"), get(r, "port")))
+            .collect()
+    };
     Some(SentinelView {
         master: format!("{ip}:{port}"),
         master_flags: get(&master, "flags"),
         failover_state: get(&master, "failover-state"),
         config_epoch: get(&master, "config-epoch"),
         other_sentinels: get(&master, "num-other-sentinels"),
-        replicas_up: replicas
-            .iter()
-            .filter(|r| get(r, "flags") == "slave")
-            .map(|r| format!("{}:{}", get(r, "ip"), get(r, "port")))
-            .collect(),
-        replicas_heard: replicas
-            .iter()
-            .filter(|r| get(r, "flags") == "slave" && get(r, "role-reported") == "slave")
-            .map(|r| format!("{}:{}", get(r, "ip"), get(r, "port")))
-            .collect(),
+        replicas_up: replicas_where(&[("flags", "slave")]),
+        replicas_heard: replicas_where(&[("flags", "slave"), ("role-reported", "slave")]),
     })
 }
