@@ -312,9 +312,14 @@ impl RedisServer {
         &self.dir
     }
 
-    /// Whether the server answers at all (`+PONG`, or `-NOAUTH` when it wants a password).
+    /// Whether the server answers (`+PONG`, or `-NOAUTH` when it wants a password), done
+    /// loading its data: a server started again on its append-only file answers `-LOADING`
+    /// to every command until it has read it.
     fn ping(&self) -> bool {
-        matches!(self.try_cmd(&["PING"], Duration::from_millis(500)), Ok(r) if r.starts_with(['+', '-']))
+        matches!(
+            self.try_cmd(&["PING"], Duration::from_millis(500)),
+            Ok(r) if r.starts_with(['+', '-']) && !r.starts_with("-LOADING")
+        )
     }
 
     /// Sends one command and returns the reply's first line (e.g. `+OK`, `:3`, `$5`).
