@@ -684,11 +684,17 @@ impl LockDeployment {
     }
 
     fn wait_until_ready(&self) -> AnyResult<()> {
+        self.wait_for("settle", || self.ready())
+    }
+
+    /// Waits up to [`FAILOVER_LIMIT`] until `done`; the error says what did not happen
+    /// (`the … deployment did not <what>`) and what the deployment says of itself.
+    fn wait_for(&self, what: &str, done: impl Fn() -> bool) -> AnyResult<()> {
         let deadline = Instant::now() + FAILOVER_LIMIT;
-        while !self.ready() {
+        while !done() {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the {} deployment did not settle in {FAILOVER_LIMIT:?}\n{}",
+                    "the {} deployment did not {what} in {FAILOVER_LIMIT:?}\n{}",
                     self.topology.name(),
                     self.settle_report()
                 )
@@ -754,9 +760,8 @@ impl LockDeployment {
     /// Waits until every sentinel has heard each replica of the master say it is a replica:
     /// before a forced failover (see [`SentinelView::replicas_heard`]).
     fn wait_until_roles_heard(&self) -> AnyResult<()> {
-        let deadline = Instant::now() + FAILOVER_LIMIT;
-        loop {
-            let heard = self.sentinels.iter().all(|s| {
+        self.wait_for("have every sentinel hear the replicas' roles", || {
+            self.sentinels.iter().all(|s| {
                 sentinel_view(s).is_some_and(|v| {
                     self.nodes
                         .iter()
@@ -764,20 +769,8 @@ impl LockDeployment {
                         .filter(|a| *a != v.master)
                         .all(|a| v.replicas_heard.contains(&a))
                 })
-            });
-            if heard {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the sentinels did not all hear the replicas report their role in \
-                     {FAILOVER_LIMIT:?}\n{}",
-                    self.settle_report()
-                )
-                .into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            })
+        })
     }
 
     /// Under Sentinel: every sentinel names the same master, sees it up with both replicas
