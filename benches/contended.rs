@@ -30,7 +30,7 @@
 //!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
-//! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle`, `peers` and `growth`) runs only those
+//! `BENCH_SECTIONS` (a comma-separated list of `handoff`, `idle`, `peers`, `growth` and `network`) runs only those
 //! sections; their figures then replace their own keys in an existing `contended.json`, and
 //! the others are kept. `BENCH_GROWTH_THREADS` sets the threads per process of the growth
 //! section (4), to tell what grows with the processes from what grows with their threads.
@@ -45,6 +45,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::latency::LatencyProxy;
 use redmutex::Client;
 use support::RedisServer;
 
@@ -65,6 +66,15 @@ impl Contender {
             Contender::Mutex => "mutex",
             Contender::FairMutex => "fair_mutex",
             Contender::RedisPy => "redis_py",
+        }
+    }
+
+    /// What the name of the lock this contender takes in a shape ends with.
+    fn lock_suffix(self) -> &'static str {
+        match self {
+            Contender::Mutex => "",
+            Contender::FairMutex => "-fair",
+            Contender::RedisPy => "-py",
         }
     }
 
@@ -537,7 +547,12 @@ struct HandoffResult {
     local_share: f64,
 }
 
-fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) -> HandoffResult {
+fn handoff_round(
+    server: &RedisServer,
+    url: &str,
+    load: &Workload,
+    contender: Contender,
+) -> HandoffResult {
     let exe = std::env::current_exe().expect("bench binary");
     let mut children: Vec<_> = (0..load.processes)
         .map(|id| {
@@ -555,7 +570,7 @@ fn handoff_round(server: &RedisServer, load: &Workload, contender: Contender) ->
                     c
                 }
             };
-            command.arg(server.url());
+            command.arg(url);
             if contender != Contender::RedisPy {
                 command.arg(if contender == Contender::FairMutex {
                     "fair"
@@ -804,11 +819,12 @@ struct Sections {
     idle: bool,
     peers: bool,
     growth: bool,
+    network: bool,
 }
 
 impl Sections {
     fn all(&self) -> bool {
-        self.handoff && self.idle && self.peers && self.growth
+        self.handoff && self.idle && self.peers && self.growth && self.network
     }
 }
 
@@ -819,6 +835,7 @@ fn sections() -> Sections {
             idle: true,
             peers: true,
             growth: true,
+            network: true,
         };
     };
     let names: Vec<&str> = list
@@ -828,8 +845,8 @@ fn sections() -> Sections {
         .collect();
     for name in &names {
         assert!(
-            ["handoff", "idle", "peers", "growth"].contains(name),
-            "BENCH_SECTIONS: unknown section {name:?} (handoff, idle, peers, growth)"
+            ["handoff", "idle", "peers", "growth", "network"].contains(name),
+            "BENCH_SECTIONS: unknown section {name:?} (handoff, idle, peers, growth, network)"
         );
     }
     Sections {
@@ -837,6 +854,7 @@ fn sections() -> Sections {
         idle: names.contains(&"idle"),
         peers: names.contains(&"peers"),
         growth: names.contains(&"growth"),
+        network: names.contains(&"network"),
     }
 }
 
@@ -918,7 +936,7 @@ fn handoff_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
                 if contender == Contender::FairMutex {
                     fair_floors_us.push(floor());
                 }
-                handoff_round(server, &load, contender)
+                handoff_round(server, &server.url(), &load, contender)
             })
             .collect();
         let pick = |f: fn(&HandoffResult) -> f64| median(results.iter().map(f).collect());
@@ -1109,7 +1127,12 @@ fn growth_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Str
                 threads,
                 run: mode.peer_run,
             };
-            results[at].push(handoff_round(server, &load, Contender::Mutex));
+            results[at].push(handoff_round(
+                server,
+                &server.url(),
+                &load,
+                Contender::Mutex,
+            ));
         }
         steals.push(pair_host.map_or(0.0, |h| h.steal_share_since()));
     }
@@ -1214,124 +1237,14 @@ fn peers_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Stri
              {} rounds of {:?}, contenders interleaved",
             mode.rounds, mode.peer_run
         );
-        let mut results: [Vec<HandoffResult>; 3] = Default::default();
-        for round in 0..mode.rounds {
-            for i in 0..Contender::ALL.len() {
-                let at = (i + round) % Contender::ALL.len();
-                let contender = Contender::ALL[at];
-                let load = Workload {
-                    name: match contender {
-                        Contender::Mutex => "handoff-peers",
-                        Contender::FairMutex => "handoff-peers-fair",
-                        Contender::RedisPy => "handoff-peers-py",
-                    },
-                    hold: Duration::ZERO,
-                    processes,
-                    threads,
-                    run: mode.peer_run,
-                };
-                results[at].push(handoff_round(server, &load, contender));
-            }
-        }
-        let pick =
-            |c: usize, f: fn(&HandoffResult) -> f64| median(results[c].iter().map(f).collect());
-        let ratio = |other: usize| {
-            median(
-                results[0]
-                    .iter()
-                    .zip(&results[other])
-                    .map(|(m, o)| m.handoffs_per_sec / o.handoffs_per_sec.max(f64::MIN_POSITIVE))
-                    .collect(),
-            )
-        };
-        let row = |label: &str, f: &dyn Fn(usize) -> String| {
-            let cells: Vec<String> = (0..3).map(|c| format!("{:>22}", f(c))).collect();
-            println!("  {label:<26}{}", cells.concat());
-        };
-        row("", &|c| Contender::ALL[c].label().to_owned());
-        row("acquisitions", &|c| {
-            results[c]
-                .iter()
-                .map(|r| r.acquisitions)
-                .sum::<usize>()
-                .to_string()
-        });
-        row("hand-offs/s", &|c| {
-            let r = pick(c, |r| r.handoffs_per_sec);
-            format!("{:.0} [{:.0}..{:.0}]", r.0, r.1, r.2)
-        });
-        row("wait p50 / p99 (ms)", &|c| {
-            format!(
-                "{:.2} / {:.2}",
-                pick(c, |r| r.wait_p50_us).0 / 1e3,
-                pick(c, |r| r.wait_p99_us).0 / 1e3
-            )
-        });
-        row("wait p99.9 (ms)", &|c| {
-            format!("{:.2}", pick(c, |r| r.wait_p999_us).0 / 1e3)
-        });
-        row("commands sent / run", &|c| {
-            format!(
-                "{:.2} / {:.2}",
-                pick(c, |r| r.sent_per_acquisition).0,
-                pick(c, |r| r.commands_per_acquisition).0
-            )
-        });
-        row("round trips / acq.", &|c| {
-            format!("{:.2}", pick(c, |r| r.reads_per_acquisition).0)
-        });
-        row("Jain fairness index", &|c| {
-            format!("{:.4}", pick(c, |r| r.jain).0)
-        });
-        row("same-process hand-offs", &|c| {
-            format!("{:.3}", pick(c, |r| r.local_share).0)
-        });
-        let (to_fair, to_py) = (ratio(1), ratio(2));
-        println!(
-            "  Mutex / FairMutex hand-offs/s {:.2} [{:.2} .. {:.2}]; Mutex / redis-py {:.2} [{:.2} .. {:.2}]",
-            to_fair.0, to_fair.1, to_fair.2, to_py.0, to_py.1, to_py.2
-        );
-        let mut entries = vec![
-            format!("\"processes\": {processes}"),
-            format!("\"threads\": {threads}"),
-        ];
-        for (c, contender) in Contender::ALL.iter().enumerate() {
-            let rate = pick(c, |r| r.handoffs_per_sec);
-            entries.push(format!(
-                "\"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoffs_per_sec_min\": {:.1}, \
-                 \"handoffs_per_sec_max\": {:.1}, \"wait_p50_ms\": {:.3}, \
-                 \"wait_p99_ms\": {:.3}, \"wait_p999_ms\": {:.3}, \
-                 \"commands_sent_per_acquisition\": {:.3}, \
-                 \"commands_run_per_acquisition\": {:.3}, \
-                 \"round_trips_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
-                 \"local_share\": {:.4}, \"acquisitions\": {}}}",
-                contender.key(),
-                rate.0,
-                rate.1,
-                rate.2,
-                pick(c, |r| r.wait_p50_us).0 / 1e3,
-                pick(c, |r| r.wait_p99_us).0 / 1e3,
-                pick(c, |r| r.wait_p999_us).0 / 1e3,
-                pick(c, |r| r.sent_per_acquisition).0,
-                pick(c, |r| r.commands_per_acquisition).0,
-                pick(c, |r| r.reads_per_acquisition).0,
-                pick(c, |r| r.jain).0,
-                pick(c, |r| r.local_share).0,
-                results[c].iter().map(|r| r.acquisitions).sum::<usize>(),
-            ));
-        }
-        for (key, r) in [
-            ("mutex_to_fair_mutex", to_fair),
-            ("mutex_to_redis_py", to_py),
-        ] {
-            entries.push(format!(
-                "\"{key}\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}}",
-                r.0, r.1, r.2
-            ));
-        }
-        shapes.push(format!(
-            "    \"{processes}x{threads}\": {{\n      {}\n    }}",
-            entries.join(",\n      ")
+        let url = server.url();
+        let shape = (processes, threads);
+        shapes.push(compare_contenders(
+            server,
+            (&url, "peers"),
+            mode,
+            shape,
+            &Contender::ALL,
         ));
     }
     json.push((
@@ -1343,6 +1256,200 @@ fn peers_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Stri
             shapes.join(",\n")
         ),
     ));
+}
+
+/// How late a byte arrives over the network of section 5, each way.
+const NETWORK_ONE_WAY: Duration = Duration::from_micros(250);
+
+/// Section 5: the last shape of `mode.peer_shapes` (4 x 1) with a `Mutex` and a `FairMutex`
+/// whose clients reach Redis over a network ([`LatencyProxy`]: every byte arrives
+/// [`NETWORK_ONE_WAY`] late each way), interleaved within each round; beside a PING round
+/// trip through it. On loopback a wake-up costs what a round trip does, and a hand-off's
+/// messages hardly show; here each round trip and each one-way message of a hand-off does.
+fn network_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
+    let proxy = LatencyProxy::start(server.port(), NETWORK_ONE_WAY);
+    let url = proxy.url();
+    let ping = {
+        let client = redis::Client::open(url.as_str()).expect("client through the proxy");
+        let mut conn = client
+            .get_connection()
+            .expect("connection through the proxy");
+        let mut samples: Vec<Duration> = (0..200)
+            .map(|_| {
+                let t = Instant::now();
+                let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+                t.elapsed()
+            })
+            .collect();
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let (processes, threads) = mode.peer_shapes[1];
+    println!(
+        "over a network of {NETWORK_ONE_WAY:?} each way (a PING round trip {:.0} us): \
+         {processes} processes x {threads} threads, empty critical section, {} rounds of {:?}",
+        ping.as_secs_f64() * 1e6,
+        mode.rounds,
+        mode.peer_run
+    );
+    let contenders = [Contender::Mutex, Contender::FairMutex];
+    let shape = (processes, threads);
+    let shape = compare_contenders(server, (&url, "network"), mode, shape, &contenders);
+    json.push((
+        "network".to_owned(),
+        format!(
+            "{{\n    \"one_way_us\": {},\n    \"ping_us\": {:.1},\n    \"run_ms\": {},\n    \
+             \"rounds\": {},\n{shape}\n  }}",
+            NETWORK_ONE_WAY.as_micros(),
+            ping.as_secs_f64() * 1e6,
+            mode.peer_run.as_millis(),
+            mode.rounds,
+        ),
+    ));
+}
+
+/// `processes` x `threads` take one lock in a loop with an empty critical section, for each
+/// of `contenders` (the `Mutex` first) interleaved within each round, through `url` (on locks
+/// named after `section`); prints
+/// the figures of each and returns them as the JSON entry of the shape, with the `Mutex`'s
+/// hand-offs/s against each other contender's, taken within each round.
+fn compare_contenders(
+    server: &RedisServer,
+    (url, section): (&str, &str),
+    mode: &Mode,
+    (processes, threads): (usize, usize),
+    contenders: &[Contender],
+) -> String {
+    let n = contenders.len();
+    let mut results: Vec<Vec<HandoffResult>> = contenders.iter().map(|_| Vec::new()).collect();
+    for round in 0..mode.rounds {
+        for i in 0..n {
+            let at = (i + round) % n;
+            let contender = contenders[at];
+            let name = format!("handoff-{section}{}", contender.lock_suffix());
+            let load = Workload {
+                name: &name,
+                hold: Duration::ZERO,
+                processes,
+                threads,
+                run: mode.peer_run,
+            };
+            results[at].push(handoff_round(server, url, &load, contender));
+        }
+    }
+    let pick = |c: usize, f: fn(&HandoffResult) -> f64| median(results[c].iter().map(f).collect());
+    let ratio = |other: usize| {
+        median(
+            results[0]
+                .iter()
+                .zip(&results[other])
+                .map(|(m, o)| m.handoffs_per_sec / o.handoffs_per_sec.max(f64::MIN_POSITIVE))
+                .collect(),
+        )
+    };
+    let row = |label: &str, f: &dyn Fn(usize) -> String| {
+        let cells: Vec<String> = (0..n).map(|c| format!("{:>22}", f(c))).collect();
+        println!("  {label:<26}{}", cells.concat());
+    };
+    row("", &|c| contenders[c].label().to_owned());
+    row("acquisitions", &|c| {
+        results[c]
+            .iter()
+            .map(|r| r.acquisitions)
+            .sum::<usize>()
+            .to_string()
+    });
+    row("hand-offs/s", &|c| {
+        let r = pick(c, |r| r.handoffs_per_sec);
+        format!("{:.0} [{:.0}..{:.0}]", r.0, r.1, r.2)
+    });
+    row("hand-off p50 (us)", &|c| {
+        format!("{:.1}", pick(c, |r| r.handoff_p50_us).0)
+    });
+    row("wait p50 / p99 (ms)", &|c| {
+        format!(
+            "{:.2} / {:.2}",
+            pick(c, |r| r.wait_p50_us).0 / 1e3,
+            pick(c, |r| r.wait_p99_us).0 / 1e3
+        )
+    });
+    row("wait p99.9 (ms)", &|c| {
+        format!("{:.2}", pick(c, |r| r.wait_p999_us).0 / 1e3)
+    });
+    row("commands sent / run", &|c| {
+        format!(
+            "{:.2} / {:.2}",
+            pick(c, |r| r.sent_per_acquisition).0,
+            pick(c, |r| r.commands_per_acquisition).0
+        )
+    });
+    row("round trips / acq.", &|c| {
+        format!("{:.2}", pick(c, |r| r.reads_per_acquisition).0)
+    });
+    row("Jain fairness index", &|c| {
+        format!("{:.4}", pick(c, |r| r.jain).0)
+    });
+    row("same-process hand-offs", &|c| {
+        format!("{:.3}", pick(c, |r| r.local_share).0)
+    });
+    let ratios: Vec<String> = (1..n)
+        .map(|c| {
+            let r = ratio(c);
+            format!(
+                "Mutex / {} {:.2} [{:.2} .. {:.2}]",
+                contenders[c].label(),
+                r.0,
+                r.1,
+                r.2
+            )
+        })
+        .collect();
+    println!("  hand-offs/s: {}", ratios.join("; "));
+    let mut entries = vec![
+        format!("\"processes\": {processes}"),
+        format!("\"threads\": {threads}"),
+    ];
+    for (c, contender) in contenders.iter().enumerate() {
+        let rate = pick(c, |r| r.handoffs_per_sec);
+        entries.push(format!(
+            "\"{}\": {{\"handoffs_per_sec\": {:.1}, \"handoffs_per_sec_min\": {:.1}, \
+             \"handoffs_per_sec_max\": {:.1}, \"handoff_p50_us\": {:.1}, \
+             \"wait_p50_ms\": {:.3}, \
+             \"wait_p99_ms\": {:.3}, \"wait_p999_ms\": {:.3}, \
+             \"commands_sent_per_acquisition\": {:.3}, \
+             \"commands_run_per_acquisition\": {:.3}, \
+             \"round_trips_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+             \"local_share\": {:.4}, \"acquisitions\": {}}}",
+            contender.key(),
+            rate.0,
+            rate.1,
+            rate.2,
+            pick(c, |r| r.handoff_p50_us).0,
+            pick(c, |r| r.wait_p50_us).0 / 1e3,
+            pick(c, |r| r.wait_p99_us).0 / 1e3,
+            pick(c, |r| r.wait_p999_us).0 / 1e3,
+            pick(c, |r| r.sent_per_acquisition).0,
+            pick(c, |r| r.commands_per_acquisition).0,
+            pick(c, |r| r.reads_per_acquisition).0,
+            pick(c, |r| r.jain).0,
+            pick(c, |r| r.local_share).0,
+            results[c].iter().map(|r| r.acquisitions).sum::<usize>(),
+        ));
+    }
+    for (c, contender) in contenders.iter().enumerate().skip(1) {
+        let r = ratio(c);
+        entries.push(format!(
+            "\"mutex_to_{}\": {{\"median\": {:.3}, \"min\": {:.3}, \"max\": {:.3}}}",
+            contender.key(),
+            r.0,
+            r.1,
+            r.2
+        ));
+    }
+    format!(
+        "    \"{processes}x{threads}\": {{\n      {}\n    }}",
+        entries.join(",\n      ")
+    )
 }
 
 fn main() {
@@ -1367,6 +1474,9 @@ fn main() {
     }
     if sections.growth {
         growth_section(&server, &mode, &mut json);
+    }
+    if sections.network {
+        network_section(&server, &mode, &mut json);
     }
     if mode.measuring {
         // The share of CPU time other guests took during the sections run now.

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod latency;
+
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
