@@ -16,13 +16,17 @@
 //! forgotten (a state in which nothing can happen any more while a thread still waits, so
 //! that only a re-check period would wake it), whether its client is missing from the waiting
 //! set (a lost place) or a release named another client that had nobody waiting (a stale
-//! place). Ten versions of the protocol ([`Fix`]): before the fix of the lost place, of the
+//! place). Eleven versions of the protocol ([`Fix`]): before the fix of the lost place, of the
 //! stale place, of the early place, of the withdrawn place, of the place kept for nobody, of
 //! the turn after a yield and of the place of a waiter that gave up, each of which the model
 //! shows failing (its shortest counterexample); the protocol with those fixes; with the pass
 //! to a leader about to begin; and the protocol as the scripts and the client run it (whose
 //! threads also take a pass that waits for its leader as they come), which holds every
-//! property, with faults and with waiters that give up.
+//! property, with faults and with waiters that give up. An eleventh, the hand-off in the
+//! release (`Fix::HandedOver`), is the next step of the protocol and not yet what the scripts
+//! run: a release hands the lock to the client it names, whose leader takes it by the
+//! announcement's note without an attempt; it holds every property too, and no client is ever
+//! owed a turn in it (a named client is never beaten to the lock).
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
 //! counter: exclusion, rising tokens, first come first served, and no waiter forgotten.
@@ -253,6 +257,33 @@ fn the_handoff_forgets_no_waiter_when_a_waiter_gives_up() {
             fix: Fix::Barging,
             faults: false,
             give_up: true,
+        });
+    }
+}
+
+/// The hand-off in the release (`Fix::HandedOver`, not yet what the scripts run): a release
+/// that names a client hands it the lock, and the client's leader takes it by the note of the
+/// announcement, without an attempt, unless the note is at or below a counter value an
+/// attempt of its client read (the lock so handed was taken by that attempt, or is gone).
+/// Every property holds, for the configurations of the protocol as it runs: without faults,
+/// with them, and with a waiter that gives up.
+#[test]
+fn the_handoff_in_the_release_keeps_every_property() {
+    let runs = [
+        (vec![2, 1], 2, false, false),
+        (vec![2, 1], 1, true, false),
+        (vec![1, 1], 2, true, false),
+        (vec![2, 1], 1, false, true),
+        (vec![2, 1, 1], 1, false, true),
+        (vec![1, 1], 2, false, true),
+    ];
+    for (threads, acquisitions, faults, give_up) in runs {
+        assert_holds(Handoff {
+            threads,
+            acquisitions,
+            fix: Fix::HandedOver,
+            faults,
+            give_up,
         });
     }
 }

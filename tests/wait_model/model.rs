@@ -17,6 +17,11 @@ pub(crate) type Token = (u8, u8, u8);
 /// The score of a client owed the next turn (`OWED` in `mutex/waiters.lua`).
 pub(crate) const OWED: i64 = -1;
 
+/// The thread of a token that a release wrote for a client it handed the lock to (from
+/// `Fix::HandedOver`): `(client, CLAIM, fencing token)`, which that client's leader takes
+/// without an attempt when the announcement's note reaches it.
+pub(crate) const CLAIM: u8 = u8::MAX;
+
 /// What a thread found when it entered its client's gate (`waiting::Entered`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Entered {
@@ -136,6 +141,13 @@ pub(crate) struct Gate {
     pub(crate) handed: bool,
     /// The client's wake-ups (announcements that named it, pokes).
     pub(crate) signal: u8,
+    /// The note of the last announcement that handed the lock to the client, not yet taken
+    /// (from `Fix::HandedOver`).
+    pub(crate) note: Option<u32>,
+    /// The fencing counter's value when the client's last withdrawal ran (the withdrawal
+    /// tells it): a note at or below it is of a lock handed to the client before it left the
+    /// waiting, which the withdrawal handed on (from `Fix::HandedOver`).
+    pub(crate) withdrawn: u32,
 }
 
 /// Redis's keys of the lock, and the announcements on their way.
@@ -147,8 +159,9 @@ pub(crate) struct Redis {
     pub(crate) counter: u32,
     /// The waiting clients and their scores (`mutex/waiters.lua`).
     pub(crate) waiting: BTreeMap<u8, i64>,
-    /// Announcements naming a client, not yet delivered.
-    pub(crate) in_flight: Vec<u8>,
+    /// Announcements naming a client, not yet delivered, with the note of a lock handed to
+    /// it (its fencing token; from `Fix::HandedOver`).
+    pub(crate) in_flight: Vec<(u8, Option<u32>)>,
 }
 
 /// A thread: how many acquisitions it has left (the current one included), and what it does.
@@ -277,6 +290,13 @@ pub(crate) enum Fix {
     /// not a fix, the pass rule of `Gates::lead` since a pass goes to a running thread
     /// first.
     Barging,
+    /// And a release that names a client hands it the lock: the lock key holds a token for
+    /// that client (`CLAIM`) with a new fencing token, which the announcement carries as its
+    /// note; the client's leader, with a note above every counter value its client's attempts
+    /// read, takes the lock without an attempt (no attempt takes it: to the client's own
+    /// attempts it is held by the client). A withdrawal hands on a lock handed to its client;
+    /// one that nobody takes runs out. Not yet what the scripts run.
+    HandedOver,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -380,8 +400,9 @@ impl Handoff {
     }
 
     /// `name_next` (`mutex/waiters.lua`): the client of the lowest score is told; a client
-    /// owed its turn gets the lock held for it.
-    fn name_next(r: &mut Redis) {
+    /// owed its turn gets the lock held for it. From `Fix::HandedOver` every client named
+    /// gets the lock, with a new fencing token that the announcement carries.
+    fn name_next(&self, r: &mut Redis) {
         let first = r
             .waiting
             .iter()
@@ -389,11 +410,85 @@ impl Handoff {
             .map(|(client, score)| (*client, *score));
         if let Some((client, score)) = first {
             r.waiting.remove(&client);
+            if self.fix >= Fix::HandedOver {
+                r.counter += 1;
+                r.lock = Some((client, CLAIM, r.counter as u8));
+                r.in_flight.push((client, Some(r.counter)));
+                return;
+            }
             if score < 0 {
                 r.turn = Some(client);
             }
-            r.in_flight.push(client);
+            r.in_flight.push((client, None));
         }
+    }
+
+    /// The fencing token of the lock handed to `client`, if the lock key holds it.
+    fn claim_of(r: &Redis, client: u8) -> Option<u32> {
+        match r.lock {
+            Some((c, CLAIM, fence)) if c == client => Some(u32::from(fence)),
+            _ => None,
+        }
+    }
+
+    /// The lock handed with the note `fence` ran out in Redis: a note of it that reaches the
+    /// client now is refused (its time is up: `RawLock::take_handed`).
+    fn claim_gone(s: &mut State, client: u8, fence: u32) {
+        let g = &mut s.gates[client as usize];
+        if g.note == Some(fence) {
+            g.note = None;
+        }
+        for message in &mut s.redis.in_flight {
+            if *message == (client, Some(fence)) {
+                message.1 = None;
+            }
+        }
+    }
+
+    /// The lock key holds a lock handed to a client that none of its threads holds yet: its
+    /// time may run out (a thread that took it renews it to its own lease).
+    fn unheld_claim(&self, s: &State) -> bool {
+        let Some(claim @ (_, CLAIM, _)) = s.redis.lock else {
+            return false;
+        };
+        !s.threads.iter().flatten().any(|w| match w.now {
+            Thread::Holding { token, .. }
+            | Thread::Passing { token, .. }
+            | Thread::Releasing { token, .. } => token == claim,
+            _ => false,
+        })
+    }
+
+    /// Whether client `c` has the note of a lock handed to it that it may take: not handed
+    /// before its last withdrawal, nor run out (`claim_gone`).
+    fn has_note(g: &Gate) -> bool {
+        g.note.is_some_and(|fence| fence > g.withdrawn)
+    }
+
+    /// A leader about to attempt (or wait without an attempt) takes the lock handed to its
+    /// client instead, when it has the note of it (from `Fix::HandedOver`): it leaves the
+    /// gate as after a winning attempt. Only the thread that takes the note out takes the
+    /// lock so handed: no attempt takes it (to an attempt of the client it is held by the
+    /// client), so that two threads of the client never both take it.
+    fn take_note(&self, s: &mut State, (c, t): (u8, u8)) -> bool {
+        let g = &mut s.gates[c as usize];
+        if g.passed.is_some() || !Self::has_note(g) {
+            return false;
+        }
+        let Some(fence) = g.note.take() else {
+            return false;
+        };
+        let more = g.inside > 1;
+        let seen = g.signal;
+        Self::leave_gate(s, c);
+        if more && s.gates[c as usize].inside > 0 {
+            s.gates[c as usize].baton = Some(seen);
+        }
+        Self::taken_in_redis(s, c);
+        // Taken after a wait: the attempts of the wait may have left the client a place,
+        // which the hold's release sets right, as after a winning attempt.
+        self.begin_hold(s, (c, t), (c, CLAIM, fence as u8), fence, true);
+        true
     }
 
     /// Records the score of a place a thread's attempt made while its own client held.
@@ -486,8 +581,12 @@ impl Handoff {
         Self::set(s, (c, t), next);
     }
 
-    /// The leader's attempt after it decided or woke; a passed lock, if any, first.
+    /// The leader's attempt after it decided or woke; a passed lock, if any, first, then a
+    /// lock handed to its client by a release (from `Fix::HandedOver`).
     fn next_attempt(&self, s: &mut State, (c, t): (u8, u8), after: bool, overdue: bool) {
+        if s.gates[c as usize].passed.is_none() && self.take_note(s, (c, t)) {
+            return;
+        }
         let g = &mut s.gates[c as usize];
         match g.passed.take() {
             Some((token, fence)) => {
@@ -665,6 +764,12 @@ impl Handoff {
             g.given = g.given.max(placed_at);
         } else if self.fix >= Fix::GivenPlace && others {
             g.handed = true;
+            if self.fix >= Fix::HandedOver {
+                // Its attempts may have made a place while the lock was handed to its client
+                // and nobody of it held yet (the client holds it, to Redis): the next hold of
+                // the client, which takes that lock, gives the place up with its own.
+                g.given = g.given.max(placed_at);
+            }
         }
         let worker = &mut s.threads[c as usize][t as usize];
         worker.placed_at = 0;
@@ -730,7 +835,7 @@ impl Handoff {
                             }
                         }
                     }
-                    Self::name_next(r);
+                    self.name_next(r);
                 }
             }
             _ => return None,
@@ -839,7 +944,9 @@ impl Model for Handoff {
         for i in 0..s.redis.in_flight.len() {
             actions.push(Action::Deliver(i));
         }
-        if s.redis.turn.is_some() {
+        // A lock handed to a client runs out only when none of its threads takes it in time:
+        // one stalled, or cut off from Redis (a fault).
+        if s.redis.turn.is_some() || (self.faults && self.unheld_claim(s)) {
             actions.push(Action::TurnExpires);
         }
         if self.give_up && !s.gave_up {
@@ -851,8 +958,12 @@ impl Model for Handoff {
                     let waiting = match w.now {
                         // A follower whose deadline passes while nobody leads becomes the
                         // leader (`Gates::lead`), and takes a lock passed to it.
-                        Thread::Follower { .. } => g.leader.is_some() || g.passed.is_none(),
-                        Thread::Sleeping { .. } => g.passed.is_none(),
+                        Thread::Follower { .. } => {
+                            g.leader.is_some() || (g.passed.is_none() && !Self::has_note(g))
+                        }
+                        // A leader with the note of a lock handed to its client takes that
+                        // lock: it came first.
+                        Thread::Sleeping { .. } => g.passed.is_none() && !Self::has_note(g),
                         _ => false,
                     };
                     if waiting {
@@ -908,6 +1019,9 @@ impl Model for Handoff {
                 let Thread::Deciding { entered, early } = *self.thread(last, (c, t)) else {
                     return None;
                 };
+                if self.take_note(&mut s, (c, t)) {
+                    return Some(s);
+                }
                 let g = &mut s.gates[c as usize];
                 if g.passed.is_some() {
                     // Passed while it was about to lead: taken first (`contend`'s loop).
@@ -967,17 +1081,31 @@ impl Model for Handoff {
             Action::Release(c, t, yielded) => self.release(&mut s, (c, t), yielded)?,
             Action::RunRelease(c, t) => self.run_release(&mut s, (c, t))?,
             Action::Deliver(i) => {
-                let client = s.redis.in_flight.remove(i);
-                s.gates[client as usize].signal += 1;
+                let (client, note) = s.redis.in_flight.remove(i);
+                let g = &mut s.gates[client as usize];
+                g.signal += 1;
+                // The highest note: a later hand-off has a higher fencing token, whatever
+                // order its announcement comes in.
+                g.note = g.note.max(note);
             }
             Action::TurnExpires => {
                 if let Some(c) = s.redis.turn.take() {
                     s.barged.remove(&c);
                 }
+                if let Some((c, CLAIM, fence)) = s.redis.lock {
+                    // Its client was stalled or cut off past the time given to take it.
+                    s.redis.lock = None;
+                    Self::claim_gone(&mut s, c, u32::from(fence));
+                    s.barged.remove(&c);
+                    s.faulted = true;
+                }
             }
             Action::YieldEnds(c) => s.gates[c as usize].yielded = false,
             Action::Expire => {
                 let expired = s.redis.lock.take();
+                if let Some((c, CLAIM, fence)) = expired {
+                    Self::claim_gone(&mut s, c, u32::from(fence));
+                }
                 s.faulted = true;
                 for w in s.threads.iter_mut().flatten() {
                     match &mut w.now {
@@ -1010,8 +1138,17 @@ impl Model for Handoff {
                 if r.turn == Some(c) {
                     r.turn = None;
                 }
+                if Self::claim_of(r, c).is_some() {
+                    // Handed to the client that leaves: handed on (a note of it is at or below
+                    // the counter that the withdrawal tells).
+                    r.lock = None;
+                }
+                if self.fix >= Fix::HandedOver {
+                    s.gates[c as usize].withdrawn = s.redis.counter;
+                }
+                let r = &mut s.redis;
                 if r.lock.is_none() && r.turn.is_none() {
-                    Self::name_next(r);
+                    self.name_next(r);
                 }
                 s.barged.remove(&c);
                 if self.fix >= Fix::WithdrawnPlace {
@@ -1078,6 +1215,19 @@ impl Model for Handoff {
         ];
         properties.extend(match self.faults {
             // The parts that only some runs reach are reached.
+            // From `Fix::HandedOver` a client named is never beaten to the lock (it is handed
+            // to it), and so never owed a turn.
+            false if self.fix >= Fix::HandedOver => vec![
+                Property::always("no client is owed its turn", |_, s: &State| {
+                    s.redis.waiting.values().all(|&score| score != OWED)
+                }),
+                Property::sometimes("a release hands the lock over", |_, s: &State| {
+                    matches!(s.redis.lock, Some((_, CLAIM, _)))
+                }),
+                Property::sometimes("a client yields", |_, s: &State| {
+                    s.gates.iter().any(|g| g.yielded)
+                }),
+            ],
             false => vec![
                 Property::sometimes("a client is owed its turn", |_, s: &State| {
                     s.redis.waiting.values().any(|&score| score == OWED)
@@ -1099,6 +1249,22 @@ impl Model for Handoff {
                 },
             )],
         });
+        if self.fix >= Fix::HandedOver && !self.faults {
+            properties.push(Property::sometimes(
+                "a leader takes a lock handed to it by its note",
+                |_, s: &State| {
+                    s.threads.iter().flatten().any(|w| {
+                        matches!(
+                            w.now,
+                            Thread::Holding {
+                                token: (_, CLAIM, _),
+                                ..
+                            }
+                        )
+                    })
+                },
+            ));
+        }
         properties
     }
 }
