@@ -427,14 +427,18 @@ fn command_counts(server: &RedisServer) -> Counts {
 /// `pause`, as a lock's waiter does between announcements (the machine's CPUs then idle, and
 /// waking them is part of every round trip).
 fn ping_rtt(server: &RedisServer, pause: Duration) -> Duration {
-    let mut conn = server.conn();
-    let mut samples: Vec<Duration> = (0..2000)
+    median_ping(&mut server.conn(), 2000, pause)
+}
+
+/// The median of `count` PING round trips on `conn`, each after a sleep of `pause` (if any).
+fn median_ping(conn: &mut redis::Connection, count: usize, pause: Duration) -> Duration {
+    let mut samples: Vec<Duration> = (0..count)
         .map(|_| {
             if !pause.is_zero() {
                 std::thread::sleep(pause);
             }
             let t = Instant::now();
-            let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
+            let _: String = redis::cmd("PING").query(conn).expect("PING");
             t.elapsed()
         })
         .collect();
@@ -1269,21 +1273,11 @@ const NETWORK_ONE_WAY: Duration = Duration::from_micros(250);
 fn network_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
     let proxy = LatencyProxy::start(server.port(), NETWORK_ONE_WAY);
     let url = proxy.url();
-    let ping = {
-        let client = redis::Client::open(url.as_str()).expect("client through the proxy");
-        let mut conn = client
-            .get_connection()
-            .expect("connection through the proxy");
-        let mut samples: Vec<Duration> = (0..200)
-            .map(|_| {
-                let t = Instant::now();
-                let _: String = redis::cmd("PING").query(&mut conn).expect("PING");
-                t.elapsed()
-            })
-            .collect();
-        samples.sort();
-        samples[samples.len() / 2]
-    };
+    let client = redis::Client::open(url.as_str()).expect("client through the proxy");
+    let mut conn = client
+        .get_connection()
+        .expect("connection through the proxy");
+    let ping = median_ping(&mut conn, 200, Duration::ZERO);
     let (processes, threads) = mode.peer_shapes[1];
     println!(
         "over a network of {NETWORK_ONE_WAY:?} each way (a PING round trip {:.0} us): \
