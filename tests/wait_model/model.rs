@@ -3,7 +3,8 @@
 //!
 //! Time appears only as the short waits that end by themselves: the 5 ms a client waits after
 //! it gave the lock up and finds it standing free (`after`), the 20 ms an owed turn is held for
-//! its client, the end of a yield (1 s). A thread that waits for anything else waits for a
+//! its client, the end of a yield (1 s); and, with faults, the claim of a lock handed to a
+//! client that none of its threads took in time (`Fix::HandedOver`). A thread that waits for anything else waits for a
 //! wake-up: a state in which it can do nothing else is one that only a re-check period would
 //! end, and the properties forbid it.
 
@@ -292,10 +293,13 @@ pub(crate) enum Fix {
     Barging,
     /// And a release that names a client hands it the lock: the lock key holds a token for
     /// that client (`CLAIM`) with a new fencing token, which the announcement carries as its
-    /// note; the client's leader, with a note above every counter value its client's attempts
-    /// read, takes the lock without an attempt (no attempt takes it: to the client's own
-    /// attempts it is held by the client). A withdrawal hands on a lock handed to its client;
-    /// one that nobody takes runs out. Not yet what the scripts run.
+    /// note; the client's leader takes the lock by the note, before any attempt (no attempt
+    /// takes it: to the client's own attempts it is held by the client). A note at or below
+    /// the counter that its client's last withdrawal read is refused (the withdrawal handed
+    /// the lock on), and so is one of a lock that ran out (a fault); the highest note wins. A
+    /// leader with a note takes it rather than give up, and a waiter that gives up before a
+    /// sibling took its client's lock leaves its place to that sibling's hold. Not yet what
+    /// the scripts run.
     HandedOver,
 }
 
