@@ -588,7 +588,7 @@ impl Handoff {
     /// The leader's attempt after it decided or woke; a passed lock, if any, first, then a
     /// lock handed to its client by a release (from `Fix::HandedOver`).
     fn next_attempt(&self, s: &mut State, (c, t): (u8, u8), after: bool, overdue: bool) {
-        if s.gates[c as usize].passed.is_none() && self.take_note(s, (c, t)) {
+        if self.take_note(s, (c, t)) {
             return;
         }
         let g = &mut s.gates[c as usize];
