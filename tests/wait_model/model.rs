@@ -451,7 +451,7 @@ impl Handoff {
 
     /// The lock key holds a lock handed to a client that none of its threads holds yet: its
     /// time may run out (a thread that took it renews it to its own lease).
-    fn unheld_claim(&self, s: &State) -> bool {
+    fn unheld_claim(s: &State) -> bool {
         let Some(claim @ (_, CLAIM, _)) = s.redis.lock else {
             return false;
         };
@@ -950,7 +950,7 @@ impl Model for Handoff {
         }
         // A lock handed to a client runs out only when none of its threads takes it in time:
         // one stalled, or cut off from Redis (a fault).
-        if s.redis.turn.is_some() || (self.faults && self.unheld_claim(s)) {
+        if s.redis.turn.is_some() || (self.faults && Self::unheld_claim(s)) {
             actions.push(Action::TurnExpires);
         }
         if self.give_up && !s.gave_up {
