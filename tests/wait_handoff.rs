@@ -69,11 +69,13 @@ fn a_release_wakes_one_waiting_client_and_clients_take_turns_in_the_order_they_c
         t.join().unwrap();
     }
     assert_eq!(*order.lock().unwrap(), ["first", "second", "third"]);
-    // Two attempts to wait and one that took the lock, each: no client attempted when another
-    // was named. And each heard one announcement, its own: a release that names a client
-    // wakes no other (each listens on a channel of its own).
+    // Two attempts to wait, each, and the lock handed over by the release that named the
+    // client (no attempt): no client attempted when another was named. And each heard one
+    // announcement, its own: a release that names a client wakes no other (each listens on a
+    // channel of its own).
     for c in &clients {
-        assert_eq!(c.stats().attempts, 3, "{:?}", c.stats());
+        assert_eq!(c.stats().attempts, 2, "{:?}", c.stats());
+        assert_eq!(c.stats().handed_over, 1, "{:?}", c.stats());
         assert_eq!(c.stats().notifications, 1, "{:?}", c.stats());
     }
     assert!(waiting_clients(&server, "turns").is_empty());
@@ -448,6 +450,51 @@ fn a_client_passing_the_lock_among_its_threads_lets_another_client_in() {
     assert!(clients.iter().all(|c| c.stats().passed_on > 0));
 }
 
+/// A release hands the lock to the client it names: the lock holds that client's claim from
+/// the release on, so a client that comes for it then (here a bare `SET NX`, as a barging
+/// attempt would be) finds it taken, and the named client holds it without an attempt.
+#[test]
+fn a_release_hands_the_lock_to_the_client_it_names() {
+    let server = RedisServer::start();
+    let (holder, named) = (client(&server), client(&server));
+    let lock = "redmutex:{handed}";
+    let g = holder.mutex("handed").lock().unwrap();
+    let m = named.mutex("handed");
+    let (done, finish) = std::sync::mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+        let _ = finish.recv();
+        g.fencing_token()
+    });
+    // A new client attempts, subscribes, and attempts again so as to miss no release.
+    assert!(eventually(LIMIT, || named.stats().attempts == 2));
+    let holder_token = g.fencing_token();
+    g.unlock().unwrap();
+    let mut conn = server.conn();
+    let barged = redis::cmd("SET")
+        .arg(lock)
+        .arg("0123456789abcdef0123456789abcdef:0:stand-in")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query::<Option<String>>(&mut conn)
+        .unwrap();
+    assert!(barged.is_none(), "another client took the lock handed over");
+    assert!(eventually(LIMIT, || named.stats().handed_over == 1));
+    // Its token is the claim the release wrote: the client's id, `h` and the fencing token.
+    let held: String = conn.get(lock).unwrap();
+    drop(done);
+    let named_token = t.join().unwrap();
+    assert!(held.ends_with(&format!(":h:{named_token}")), "{held}");
+    assert!(named_token > holder_token);
+    assert_eq!(named.stats().attempts, 2, "{:?}", named.stats());
+    assert!(waiting_clients(&server, "handed").is_empty());
+}
+
+/// A release that does not hand the lock over (a shared value's, whose waiter needs the value
+/// the attempt reads) names the next client, which attempts: a client that takes the lock
+/// before that attempt arrives makes the named client owed the next turn, which the next
+/// release hands to it.
 #[test]
 fn a_named_client_beaten_to_the_lock_is_handed_the_next_turn() {
     let server = RedisServer::start();
@@ -465,8 +512,8 @@ fn named_client_beaten(server: &RedisServer, name: &str) -> bool {
         format!("redmutex:{{{name}}}:waiting"),
     );
     let mut conn = server.conn();
-    let g = barger.mutex(name).lock().unwrap();
-    let m = named.mutex(name);
+    let g = barger.shared::<u64>(name).lock().unwrap();
+    let m = named.shared::<u64>(name);
     let (done, finish) = std::sync::mpsc::channel::<()>();
     let t = std::thread::spawn(move || {
         let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
@@ -504,7 +551,7 @@ fn named_client_beaten(server: &RedisServer, name: &str) -> bool {
     // The stand-in leaves without a word; the barger takes the free lock at once, and its
     // release hands the lock to the named client: the barger cannot take it again.
     let _: () = server.conn().del(&lock).unwrap();
-    let again = barger.mutex(name);
+    let again = barger.shared::<u64>(name);
     let g = again.try_lock().unwrap().expect("the lock was free");
     let barger_token = g.fencing_token();
     g.unlock().unwrap();

@@ -20,13 +20,15 @@
 //! stale place, of the early place, of the withdrawn place, of the place kept for nobody, of
 //! the turn after a yield and of the place of a waiter that gave up, each of which the model
 //! shows failing (its shortest counterexample); the protocol with those fixes; with the pass
-//! to a leader about to begin; and the protocol as the scripts and the client run it (whose
-//! threads also take a pass that waits for its leader as they come), which holds every
-//! property, with faults and with waiters that give up. An eleventh, the hand-off in the
-//! release (`Fix::HandedOver`), is the next step of the protocol and not yet what the scripts
-//! run: a release hands the lock to the client it names, whose leader takes it by the
-//! announcement's note without an attempt; it holds every property too, and no client is ever
-//! owed a turn in it (a named client is never beaten to the lock).
+//! to a leader about to begin; the protocol as the scripts and the client run it where a
+//! release names a client without handing it the lock (`Fix::Barging`: its threads also take
+//! a pass that waits for its leader as they come), which holds every property, with faults
+//! and with waiters that give up; and the hand-off in the release (`Fix::HandedOver`), as a
+//! `Mutex`'s release on one deployment runs it: a release hands the lock to the client it
+//! names, whose leader takes it by the announcement's note without an attempt; it holds every
+//! property too, and no client is ever owed a turn in it (a named client is never beaten to
+//! the lock). A follower gives up only behind a leader: one whose deadline passes while
+//! nobody leads is promoted and decides first, as `Gates::lead` makes it.
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
 //! counter: exclusion, rising tokens, first come first served, and no waiter forgotten.
@@ -261,7 +263,7 @@ fn the_handoff_forgets_no_waiter_when_a_waiter_gives_up() {
     }
 }
 
-/// The hand-off in the release (`Fix::HandedOver`, not yet what the scripts run): a release
+/// The hand-off in the release (`Fix::HandedOver`, what a `Mutex`'s release runs): a release
 /// that names a client hands it the lock, and the client's leader takes it by the note of the
 /// announcement, without an attempt, unless the note is at or below a counter value an
 /// attempt of its client read (the lock so handed was taken by that attempt, or is gone).

@@ -16,6 +16,7 @@ use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::LockContext;
 use crate::lease::hold::Hold;
 use crate::lease::poison::PoisonInfo;
+use crate::lease::protocol::HAND_OFF_CLAIM;
 use crate::lease::reentrancy;
 use crate::lease::scripts;
 use crate::lease::state::{LeaseWatch, LostReason};
@@ -551,10 +552,13 @@ fn release_call_of(ctx: &LockContext, hold: &Hold, place: Place) -> ScriptCall {
                     .max(given)
                     .saturating_add(1),
             ),
-            place == Place::Keep,
-            ctx.renewal.lease() * 2,
+            (place == Place::Keep, ctx.renewal.lease() * 2),
+            HAND_OFF_CLAIM,
         ),
         // A hold taken at a first attempt is most likely released to nobody.
+        (Some(hand_off), Some(_), Place::Never) => hand_off
+            .release(&hold.keys, &hold.token, HAND_OFF_CLAIM)
+            .announcing_only_if(hold.after_wait),
         _ => hold
             .protocol
             .release(&hold.keys, &hold.token)

@@ -124,14 +124,17 @@ pub(crate) trait HandOff: Send + Sync + 'static {
     /// write, no panic).
     fn pass_on(&self, ctx: &Arc<LockContext>, hold: &Arc<Hold>) -> Option<Result<()>>;
 
-    /// The release of a hold that may have been passed on within its client: also sets the
-    /// client's place among the lock's waiting clients right (`others_wait`: more of its
-    /// threads wait; a place is kept `place_kept`).
+    /// The release of a hold that may have been passed on within its client, which hands the
+    /// lock to the waiting client it names, for a claim of `claim`.
+    fn release(&self, keys: &LockKeys, token: &str, claim: Duration) -> ScriptCall;
+
+    /// The same, which also sets the client's place among the lock's waiting clients right
+    /// (`others_wait`: more of its threads wait; a place is kept `place_kept`).
     fn release_held(
         &self,
         keys: &LockKeys,
         hold: (&str, u64),
-        others_wait: bool,
-        place_kept: Duration,
+        place: (bool, Duration),
+        claim: Duration,
     ) -> ScriptCall;
 }

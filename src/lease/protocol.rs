@@ -101,6 +101,9 @@ pub(crate) struct AcquireCall<'a> {
     /// Contend style: the attempt is a re-check after a wait in which no announcement came
     /// (a failed one tells how many waiting clients are named before the caller's).
     pub(crate) recheck: bool,
+    /// Contend style: the fencing token of a lock that a release handed to this client, which
+    /// the attempt takes if the lock still holds it (the caller took the note of it).
+    pub(crate) claim: Option<u64>,
 }
 
 impl AcquireCall<'_> {
@@ -156,8 +159,15 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
     /// Contend style: withdraws what the waits of `token` claimed, when the wait ended
     /// without the lock (its deadline passed); `others_wait`: other threads of this client
-    /// still wait for the lock. Reply ignored. `None`: nothing to withdraw.
-    fn withdraw(&self, _keys: &LockKeys, _token: &str, _others_wait: bool) -> Option<ScriptCall> {
+    /// still wait for the lock; `hand_over`: the claim of a lock handed to the client named
+    /// next, if releases hand it over. Reply ignored. `None`: nothing to withdraw.
+    fn withdraw(
+        &self,
+        _keys: &LockKeys,
+        _token: &str,
+        _others_wait: bool,
+        _hand_over: Option<Duration>,
+    ) -> Option<ScriptCall> {
         None
     }
 

@@ -24,8 +24,8 @@ use crate::lease::renewal::{LeaseLength, Registration};
 use crate::lease::state::LeaseState;
 use crate::stats::Counters;
 use crate::waiting::{
-    self, Attempt, Cohort, Contending, Early, GatePass, HoldsBegun, Outage, Passed, Queued,
-    Subscription, Taker, Turn,
+    self, Attempt, Cohort, Contending, Early, GatePass, Handed, HoldsBegun, Note, Notes, Outage,
+    Passed, Queued, Subscription, Taker, Turn,
 };
 
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
@@ -410,7 +410,9 @@ impl RawLock {
             true => {
                 let begun = coming.as_ref().map_or(HoldsBegun::default(), |c| c.begun);
                 let live = match may_wait {
-                    true => ctx.subscriber.subscribe_if_live(&channel, filter.clone()),
+                    true => ctx
+                        .subscriber
+                        .subscribe_if_live(&channel, (filter.clone(), Notes::Client)),
                     false => None,
                 };
                 let seen = live.as_ref().map_or(0, Subscription::seen);
@@ -440,6 +442,7 @@ impl RawLock {
                 early,
                 taker,
             };
+            let handed = |note: &Note| self.take_named(keys, note, &told);
             let give_up = |pass: &GatePass<'_>| {
                 // The last waiter of its client withdraws it after the releases on their way
                 // that keep its place.
@@ -448,22 +451,68 @@ impl RawLock {
                     pass.await_kept_places(ctx.config.response_timeout, settle);
                 }
                 let others_wait = pass.gives_up(told.own_place());
-                self.withdraw(keys, token, others_wait);
+                self.withdraw(keys, token, others_wait, &channel);
             };
-            waiting::contend(ctx.waiting(), contending, attempt, (take_over, give_up))
+            let (attempt, end) = (attempt, (take_over, handed, give_up));
+            waiting::contend(ctx.waiting(), contending, attempt, end)
         })
     }
 
     /// A contending wait ends without the lock: withdraws what its attempts claimed, its
     /// reply awaited while the thread is still in its gate (best effort: a claim left behind
-    /// expires with its lease).
-    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) {
-        if let Some(call) = self.protocol.withdraw(keys, token, others_wait) {
+    /// expires with its lease). A lock a release handed to the client goes to the next
+    /// waiting client; a note of it that comes later (on `channel`) is not relied on.
+    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool, channel: &str) {
+        let hand_over = self.passes_on().then_some(HAND_OFF_CLAIM);
+        if let Some(call) = self.protocol.withdraw(keys, token, others_wait, hand_over) {
             let doing = self.doing("giving up the wait for");
             if let Err(e) = self.ctx.lessor.send(self.at(keys, &call, doing)) {
                 log::debug!("redmutex: {e}");
             }
+            self.ctx.subscriber.withdrew(channel);
         }
+    }
+
+    /// What a contending leader makes of the `note` of a lock a release handed to its client
+    /// (`mutex/waiters.lua`): its fencing token and when its claim ends by the server's clock.
+    /// A `Mutex`'s leader takes it without a round trip (its token is the claim,
+    /// `<client>:h:<fencing token>`), when the claim surely lasts long enough (see
+    /// [`claim_held_until`](Self::claim_held_until)) and no withdrawal of the client may have
+    /// given it up since; else its next attempt names the fencing token. `None`: not a note.
+    fn take_named(
+        &self,
+        keys: &Arc<LockKeys>,
+        note: &Note,
+        told: &Told,
+    ) -> Option<Handed<LeaseGuard>> {
+        let mut fields = note.text.split(' ');
+        let fencing_token: u64 = fields.next()?.parse().ok()?;
+        let claim_end: i64 = fields.next()?.parse().ok()?;
+        let withdrawn = note
+            .withdrawn_at
+            .is_some_and(|at| at.elapsed() < HAND_OFF_CLAIM);
+        let held_until = match self.passes_on() && !withdrawn {
+            true => self.claim_held_until(claim_end, told.contact.get()),
+            false => None,
+        };
+        let Some(held_until) = held_until else {
+            return Some(Handed::Attempt(fencing_token));
+        };
+        let claim = format!("{}:h:{fencing_token}", self.ctx.tokens.client_uuid());
+        let at = (fencing_token, held_until);
+        // Taken after a wait: the attempts of the wait may have left the client a place among
+        // the waiting, which the hold's release sets right, as after a winning attempt.
+        let cohort = Some((Cohort::start(), true));
+        let taken = self.acquired(
+            keys,
+            &Arc::from(claim),
+            at,
+            cohort,
+            (told.own_place(), true),
+        );
+        Some(Handed::Taken(
+            taken.map(|guard| self.handed_over(guard, held_until)),
+        ))
     }
 
     /// Queued: one try without queueing, then (when the caller may wait) the queue, with one
@@ -482,7 +531,7 @@ impl RawLock {
         if may_wait {
             if let Some(sub) = ctx
                 .subscriber
-                .subscribe_if_live(&channel, Some(Arc::clone(&token)))
+                .subscribe_if_live(&channel, (Some(Arc::clone(&token)), Notes::Waiter))
             {
                 return self.wait_in_queue(keys, lease, deadline, &token, Some(sub), false);
             }
@@ -494,7 +543,8 @@ impl RawLock {
                 Ok(None)
             }
             Attempt::Held(..) => {
-                let sub = ctx.subscriber.subscribe(&channel, Some(Arc::clone(&token)));
+                let filter = (Some(Arc::clone(&token)), Notes::Waiter);
+                let sub = ctx.subscriber.subscribe(&channel, filter);
                 self.wait_in_queue(keys, lease, deadline, &token, sub, true)
             }
         }
@@ -592,6 +642,7 @@ impl RawLock {
             after: turn.after,
             overdue: turn.overdue,
             recheck: turn.recheck,
+            claim: turn.claim,
         };
         let attempting = Attempting {
             protocol: self.protocol,
@@ -710,31 +761,43 @@ impl RawLock {
         note: &str,
         contact: Option<Contact>,
     ) -> Option<LeaseGuard> {
+        let mut fields = note.split(' ');
+        let fencing_token: u64 = fields.next()?.parse().ok()?;
+        let claim_end: i64 = fields.next()?.parse().ok()?;
+        let held_until = self.claim_held_until(claim_end, contact)?;
+        let guard = self
+            .acquired(keys, token, (fencing_token, held_until), None, (0, true))
+            .ok()?;
+        Some(self.handed_over(guard, held_until))
+    }
+
+    /// Until when a claim that ends at `claim_end` by the server's clock surely holds, read
+    /// with `contact` (an attempt's reading of that clock); `None` when it cannot be relied
+    /// on: less than half of the claim is surely ahead, the lease is fixed (only an attempt
+    /// sets it), or replicas must acknowledge the acquire.
+    fn claim_held_until(&self, claim_end: i64, contact: Option<Contact>) -> Option<Instant> {
         let contact = contact?;
         if self.is_fixed() || self.ctx.config.replica_acks.is_some() {
             return None;
         }
-        let mut fields = note.split(' ');
-        let fencing_token: u64 = fields.next()?.parse().ok()?;
-        let claim_end: i64 = fields.next()?.parse().ok()?;
         let ahead = u64::try_from(claim_end.checked_sub(contact.server_ms)?).ok()?;
         let ahead = Duration::from_millis(ahead);
         // The two clocks may run apart a little over a long wait: 0.1 % of it is allowed.
         let held_until = contact.sent_at + ahead - ahead / 1000;
-        if Instant::now() + HAND_OFF_CLAIM / 2 > held_until {
-            return None;
-        }
-        let guard = self
-            .acquired(keys, token, (fencing_token, held_until), None, (0, true))
-            .ok()?;
+        (Instant::now() + HAND_OFF_CLAIM / 2 <= held_until).then_some(held_until)
+    }
+
+    /// A guard taken by the note of a lock handed over, whose claim holds until `held_until`:
+    /// the renewal thread renews the claim to the lease halfway to its end (a short hold is
+    /// released before and costs no renewal, and a long one is renewed with half the claim
+    /// to spare).
+    fn handed_over(&self, guard: LeaseGuard, held_until: Instant) -> LeaseGuard {
         Counters::add(&self.ctx.counters.handed_over, 1);
         if let Some(id) = guard.renewal_id() {
-            // Halfway to the claim's end: a short hold is released before and costs no
-            // renewal, and a long one is renewed with half the claim to spare.
             let now = Instant::now();
             self.ctx.renewal.renew_at(id, now + (held_until - now) / 2);
         }
-        Some(guard)
+        guard
     }
 
     /// The keys, lease and a new token for an attempt that a script taking several locks at

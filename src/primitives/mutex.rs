@@ -2,12 +2,13 @@
 //! token, and releases announced on the lock's channel to whoever waits.
 
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use redis::Script;
 
-use crate::connection::ScriptCall;
+use crate::connection::{millis, ScriptCall};
 use crate::keys::LockKeys;
-use crate::lease::scripts::{compose, release_announced, with_fence, ANNOUNCE};
+use crate::lease::scripts::{compose, release_announced, with_fence, ANNOUNCE, ERRORS, FENCE};
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::lock::{Lock, Plain};
 
@@ -55,12 +56,13 @@ mod hand_off;
 /// Bounded, for throughput. A release passes the lock straight to another waiting thread of
 /// the same client when there is one (no release in Redis; the new holder gets a new, larger
 /// fencing token), for at most 16 passes or 2 ms in a row while other clients wait; then it
-/// releases in Redis and names the client that has waited longest, and this client's threads
-/// wait behind it. Between clients, a thread that releases and locks again at once may still
-/// win a free lock before the named client's attempt reaches Redis (barging, which keeps the
-/// lock busy), but a client that has waited 10 ms loses at most one such race: the next
-/// release hands the lock to it. Use [`FairMutex`](crate::FairMutex) for first-come,
-/// first-served.
+/// releases in Redis, handing the lock to the client that has waited longest (its leading
+/// waiter holds it without another round trip, and no other client takes it first), and this
+/// client's threads wait behind it. Over a [`Redlock`](crate::Redlock) a release names that
+/// client without handing it the lock: a thread that releases and locks again at once may
+/// win the free lock before the named client's attempt (barging, which keeps the lock busy),
+/// but a client that has waited 10 ms loses at most one such race. Use
+/// [`FairMutex`](crate::FairMutex) for first-come, first-served.
 ///
 /// # Poisoning
 ///
@@ -161,7 +163,8 @@ pub(crate) fn taking_locks(body: &str) -> Script {
 
 /// A call of `script` with the keys (lock, fencing counter, waiting clients) and arguments
 /// (token, lease, whether the caller and more threads of its client wait, whether it has
-/// waited long, and whether it re-checks after a silent wait) of a `Mutex`'s acquire, for
+/// waited long, and whether it re-checks after a silent wait; the fencing token of a lock
+/// handed to its client that it takes, or '') of a `Mutex`'s acquire, for
 /// the scripts built with [`taking_locks`]; a script that needs more adds its keys after
 /// these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
@@ -192,28 +195,55 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
                 (true, false, true, true, true) => "more overdue recheck",
             },
         )
+        .arg(
+            call.claim
+                .map_or_else(String::new, |fence| fence.to_string()),
+        )
 }
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("mutex/acquire.lua")));
 
-/// Compare-and-delete, naming the next waiting client: see `mutex/release.lua`.
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| then_name_next(include_str!("mutex/release.lua")));
+/// Compare-and-delete, naming the next waiting client (and handing it the lock when asked):
+/// see `mutex/release.lua`.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        include_str!("mutex/release.lua"),
+        ERRORS,
+        FENCE,
+        ANNOUNCE,
+        WAITERS,
+        include_str!("mutex/release_to_named.lua"),
+    ])
+});
 
 /// The release of a guard's own hold, which sets the client's place among the waiting right:
 /// see `mutex/release_held.lua`.
-static RELEASE_HELD: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/release_held.lua")]));
+static RELEASE_HELD: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        FENCE,
+        ANNOUNCE,
+        WAITERS,
+        include_str!("mutex/release_held.lua"),
+    ])
+});
 
 /// Deletes the lock whoever holds it: see `mutex/force_release.lua`.
 static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/force_release.lua")]));
 
 /// A client's last waiter gave up: see `mutex/withdraw.lua`.
-static WITHDRAW: LazyLock<Script> =
-    LazyLock::new(|| compose(&[ANNOUNCE, WAITERS, include_str!("mutex/withdraw.lua")]));
+static WITHDRAW: LazyLock<Script> = LazyLock::new(|| {
+    compose(&[
+        ERRORS,
+        FENCE,
+        ANNOUNCE,
+        WAITERS,
+        include_str!("mutex/withdraw.lua"),
+    ])
+});
 
 /// A release that names the next waiting client (a `Mutex`'s, a shared value's): `head`
 /// releases, and returns when no client waits (KEYS[1]: the lock; KEYS[2]: the waiting
@@ -241,7 +271,7 @@ impl Protocol for MutexProtocol {
     /// the client stays among the waiting (other threads of it wait), which only the script
     /// does.
     fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
-        match call.more || call.after {
+        match call.more || call.after || call.claim.is_some() {
             true => PlainTake::Never,
             false => PlainTake::WhenFree,
         }
@@ -272,13 +302,25 @@ impl Protocol for MutexProtocol {
 
     /// Takes the client of `token` out of the lock's waiting clients, unless other threads of
     /// the client still wait: see `mutex/withdraw.lua`.
-    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) -> Option<ScriptCall> {
+    /// With `hand_over`, a lock handed to the client is handed to the next waiting client.
+    fn withdraw(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        others_wait: bool,
+        hand_over: Option<Duration>,
+    ) -> Option<ScriptCall> {
         (!others_wait).then(|| {
-            ScriptCall::new(&WITHDRAW)
+            let call = ScriptCall::new(&WITHDRAW)
                 .key(&keys.lock)
                 .key(&keys.waiting)
+                .key(&keys.fence)
                 .arg(token)
-                .arg(&*keys.channel)
+                .arg(&*keys.channel);
+            match hand_over {
+                Some(claim) => call.arg(millis(claim)),
+                None => call,
+            }
         })
     }
 }

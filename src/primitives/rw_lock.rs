@@ -178,7 +178,13 @@ impl Protocol for WriteProtocol {
         Arc::clone(&keys.channel)
     }
 
-    fn withdraw(&self, keys: &LockKeys, token: &str, _others_wait: bool) -> Option<ScriptCall> {
+    fn withdraw(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        _others_wait: bool,
+        _hand_over: Option<Duration>,
+    ) -> Option<ScriptCall> {
         Some(
             ScriptCall::new(&WITHDRAW)
                 .key(writer_waiting(keys))

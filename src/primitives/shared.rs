@@ -147,8 +147,14 @@ impl Protocol for SharedProtocol {
         mutex::protocol().wake_filter(client_id)
     }
 
-    fn withdraw(&self, keys: &LockKeys, token: &str, others_wait: bool) -> Option<ScriptCall> {
-        mutex::protocol().withdraw(keys, token, others_wait)
+    fn withdraw(
+        &self,
+        keys: &LockKeys,
+        token: &str,
+        others_wait: bool,
+        hand_over: Option<Duration>,
+    ) -> Option<ScriptCall> {
+        mutex::protocol().withdraw(keys, token, others_wait, hand_over)
     }
 }
 

@@ -382,8 +382,9 @@ struct Shard {
     /// not entered the gate yet (see [`Coming`]), by key.
     coming: FastHashMap<Arc<str>, usize>,
     /// Keys whose place among the waiting a thread that gave up left to siblings on their way
-    /// to the gate (see [`GatePass::gives_up`]): the next hold is placed.
-    handed: FastHashMap<Arc<str>, ()>,
+    /// to the gate (see [`GatePass::gives_up`]): the next hold is placed, and gives up places
+    /// up to this score on release.
+    handed: FastHashMap<Arc<str>, u64>,
     /// How many holds of this shard's locks began or gave places up (see [`HoldsBegun`]).
     holds_begun: u64,
 }
@@ -556,7 +557,11 @@ impl GatePass<'_> {
                 *given = (*given).max(own_place);
             }
             _ if others => {
-                shard.handed.insert(Arc::clone(&self.key), ());
+                // A lock a release handed to the client, which no thread of it holds yet, is
+                // held by the client to its attempts: the place they made meanwhile is given up
+                // by the next hold (the one that takes that lock, whose token is below it).
+                let given = shard.handed.entry(Arc::clone(&self.key)).or_insert(0);
+                *given = (*given).max(own_place);
             }
             _ => {}
         }
@@ -588,11 +593,18 @@ impl Gates {
     pub(crate) fn hold_begins(&self, key: &Arc<str>, placed: bool) {
         let mut shard = self.shard(key).lock();
         shard.holds_begun += 1;
-        let handed = !shard.handed.is_empty() && shard.handed.remove(&**key).is_some();
+        let handed = match shard.handed.is_empty() {
+            true => None,
+            false => shard.handed.remove(&**key),
+        };
         let held = &mut shard.held;
         let (placed, given) = match held.get(&**key) {
-            Some(&LastHold::Now { placed: was, given }) => (placed || was || handed, given),
-            _ => (placed || handed, 0),
+            Some(&LastHold::Now { placed: was, given }) => (placed || was, given),
+            _ => (placed, 0),
+        };
+        let (placed, given) = match handed {
+            Some(more) => (true, given.max(more)),
+            None => (placed, given),
         };
         held.insert(Arc::clone(key), LastHold::Now { placed, given });
     }

@@ -33,7 +33,7 @@ pub(crate) use gate::{
 };
 pub(crate) use outage::Outage;
 pub(crate) use pause::Pause;
-pub(crate) use subscriber::{Signal, Subscriber, Subscribers, Subscription};
+pub(crate) use subscriber::{Note, Notes, Signal, Subscriber, Subscribers, Subscription};
 
 /// What one acquire attempt found.
 pub(crate) enum Attempt<W> {
@@ -77,6 +77,23 @@ pub(crate) struct Turn {
     /// re-check period or more (not a short wait an attempt asked for, as a client that gave
     /// the lock up does).
     pub(crate) recheck: bool,
+    /// The fencing token of a lock a release handed to this client, whose note this leader
+    /// took but could not rely on alone: the attempt takes the lock if Redis still holds it
+    /// for the client (see [`Handed::Attempt`]).
+    pub(crate) claim: Option<u64>,
+}
+
+/// What a contending leader makes of the note of a lock that a release handed to its client
+/// (see [`contend`]).
+pub(crate) enum Handed<W> {
+    /// It took the lock by the note, without a round trip (or the error that kept it from
+    /// holding it).
+    Taken(Result<W>),
+    /// It cannot rely on the note alone (its client's clock reading of the server is missing,
+    /// its lease is fixed or must be acknowledged, it withdrew lately): its next attempt
+    /// names the lock's fencing token, and takes the lock if Redis still holds it for the
+    /// client.
+    Attempt(u64),
 }
 
 /// How long a client's leading waiter waits before its client is owed a turn that a named
@@ -178,6 +195,12 @@ impl WaitContext<'_> {
 /// `take_over`
 /// makes what was won of a lock passed to it, without a round trip.
 ///
+/// A release may hand the lock to this client (`mutex/waiters.lua`): the announcement's note
+/// is kept for the client, and the leader, before each attempt (or wait without one), takes
+/// it out and makes what was won of it with `handed` (see [`Handed`]); so it does at its
+/// deadline, before it gives up (the lock came first). Only the thread that took the note out
+/// takes that lock: to every attempt of the client it is held by the client.
+///
 /// A thread whose deadline passes gives up while it is still in the gate: `give_up` gets its
 /// place there, asks it whether other threads of its client wait (see
 /// [`GatePass::others_wait`]), and withdraws what its attempts claimed before a thread of
@@ -187,7 +210,11 @@ pub(crate) fn contend<W>(
     w: WaitContext<'_>,
     contending: Contending<'_>,
     mut attempt: impl FnMut(Turn) -> Result<Attempt<W>>,
-    (mut take_over, give_up): (impl FnMut(Passed) -> Result<W>, impl FnOnce(&GatePass<'_>)),
+    (mut take_over, mut handed, give_up): (
+        impl FnMut(Passed) -> Result<W>,
+        impl FnMut(&Note) -> Option<Handed<W>>,
+        impl FnOnce(&GatePass<'_>),
+    ),
 ) -> Result<Option<W>> {
     let Contending {
         lock_key,
@@ -229,10 +256,21 @@ pub(crate) fn contend<W>(
     let led_at = Instant::now();
     let mut waited = false;
     let mut silent = false;
+    let mut claim = None;
     loop {
         if let Some(passed) = pass.take_passed() {
             let won = took_over(&pass, &mut pause, named, take_over(passed));
             return wait.finish(won);
+        }
+        match pause.take_note().and_then(|note| handed(&note)) {
+            Some(Handed::Taken(won)) => {
+                return wait.finish(took_over(&pass, &mut pause, named, won))
+            }
+            Some(Handed::Attempt(fence)) => {
+                claim = Some(fence);
+                skip_attempt = None;
+            }
+            None => {}
         }
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
@@ -244,6 +282,7 @@ pub(crate) fn contend<W>(
                     after: named && std::mem::replace(&mut yielded, false),
                     overdue: waited && led_at.elapsed() >= OVERDUE,
                     recheck: std::mem::replace(&mut silent, false),
+                    claim: claim.take(),
                 };
                 match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
                     Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),
@@ -253,7 +292,13 @@ pub(crate) fn contend<W>(
             }
         };
         if !pause.wait(seen, remaining, release, deadline) {
-            let end = at_deadline(&pass, &mut pause, (named, taker), &mut take_over, give_up);
+            let end = at_deadline(
+                &pass,
+                &mut pause,
+                (named, taker),
+                (&mut take_over, &mut handed, &mut attempt),
+                give_up,
+            );
             return wait.finish(end);
         }
         waited = named;
@@ -303,18 +348,36 @@ fn after_wait(
     (silent, skip)
 }
 
-/// A leader's deadline passed: no pass may come now; one that came first is taken, else the
-/// thread gives up while it is still in its gate.
+/// A leader's deadline passed: no pass may come now; one that came first is taken, and so is
+/// a lock handed to its client whose note came (by one last attempt that names it, when the
+/// note alone cannot be relied on); else the thread gives up while it is still in its gate.
 fn at_deadline<W>(
     pass: &GatePass<'_>,
     pause: &mut Pause,
     (named, taker): (bool, Taker),
-    take_over: impl FnOnce(Passed) -> Result<W>,
+    (take_over, handed, attempt): (
+        impl FnOnce(Passed) -> Result<W>,
+        impl FnOnce(&Note) -> Option<Handed<W>>,
+        &mut impl FnMut(Turn) -> Result<Attempt<W>>,
+    ),
     give_up: impl FnOnce(&GatePass<'_>),
 ) -> Result<Option<W>> {
     pass.listen(None, taker);
     if let Some(passed) = pass.take_passed() {
         return took_over(pass, pause, named, take_over(passed));
+    }
+    match pause.take_note().and_then(|note| handed(&note)) {
+        Some(Handed::Taken(won)) => return took_over(pass, pause, named, won),
+        Some(Handed::Attempt(fence)) => {
+            let turn = Turn {
+                claim: Some(fence),
+                ..Turn::default()
+            };
+            if let ControlFlow::Break(won) = attempt_turn(pass, pause, turn, attempt)? {
+                return Ok(Some(won));
+            }
+        }
+        None => {}
     }
     give_up(pass);
     Ok(None)
@@ -358,7 +421,10 @@ fn leader_subscription(
             let (ttl, release) = early.held;
             (Some(early.subscription), Some((early.seen, ttl, release)))
         }
-        _ => (w.subscriber.subscribe(channel, filter), None),
+        _ => (
+            w.subscriber.subscribe(channel, (filter, Notes::Client)),
+            None,
+        ),
     }
 }
 
@@ -451,7 +517,7 @@ pub(crate) fn queue<W>(
             leave();
             return wait.finish(Ok(None));
         }
-        if let Some(won) = pause.take_note().and_then(|note| handed(&note)) {
+        if let Some(won) = pause.take_note().and_then(|note| handed(&note.text)) {
             return wait.finish(Ok(Some(won)));
         }
     }

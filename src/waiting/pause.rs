@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::subscriber::Subscription;
+use super::subscriber::{Note, Subscription};
 use super::Release;
 use crate::config::Config;
 
@@ -49,7 +49,7 @@ impl Pause {
     }
 
     /// The note of the last announcement that came with one (a lock handed over), taken out.
-    pub(crate) fn take_note(&self) -> Option<Box<str>> {
+    pub(crate) fn take_note(&self) -> Option<Note> {
         self.subscription.as_ref().and_then(Subscription::take_note)
     }
 

@@ -298,8 +298,8 @@ pub(crate) enum Fix {
     /// the counter that its client's last withdrawal read is refused (the withdrawal handed
     /// the lock on), and so is one of a lock that ran out (a fault); the highest note wins. A
     /// leader with a note takes it rather than give up, and a waiter that gives up before a
-    /// sibling took its client's lock leaves its place to that sibling's hold. Not yet what
-    /// the scripts run.
+    /// sibling took its client's lock leaves its place to that sibling's hold. What a
+    /// `Mutex`'s release on one deployment runs.
     HandedOver,
 }
 
@@ -960,11 +960,11 @@ impl Model for Handoff {
                     // A thread whose first attempt failed enters the gate even when its deadline
                     // has passed (`Gates::lead`), and gives up from there.
                     let waiting = match w.now {
-                        // A follower whose deadline passes while nobody leads becomes the
-                        // leader (`Gates::lead`), and takes a lock passed to it.
-                        Thread::Follower { .. } => {
-                            g.leader.is_some() || (g.passed.is_none() && !Self::has_note(g))
-                        }
+                        // A follower gives up behind a leader. One whose deadline passes while
+                        // nobody leads becomes the leader (`Gates::lead`: `Promote`), and
+                        // decides as every leader does before it gives up, so that no thread
+                        // that comes meanwhile leads before its withdrawal ran.
+                        Thread::Follower { .. } => g.leader.is_some(),
                         // A leader with the note of a lock handed to its client takes that
                         // lock: it came first.
                         Thread::Sleeping { .. } => g.passed.is_none() && !Self::has_note(g),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use super::{parse_number, Election, Leader, Led};
 use crate::error::Result;
-use crate::waiting::Subscription;
+use crate::waiting::{Notes, Subscription};
 
 /// A change of an election's leader.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,7 +56,7 @@ impl Observer {
         let subscription = election
             .channel()
             .ok()
-            .and_then(|channel| ctx.subscriber.subscribe(&channel, None));
+            .and_then(|channel| ctx.subscriber.subscribe(&channel, (None, Notes::Waiter)));
         let mut pending = VecDeque::new();
         if let Some(led) = &led {
             pending.push_back(LeaderEvent::Elected(led.leader.clone()));

@@ -4,16 +4,19 @@
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds; ARGV[3]: what the caller does if
 -- the lock is held: '' gives up, 'wait' waits, 'more' waits and other threads of its client
 -- wait too (the client stays among the waiting when it takes the lock); either with
--- ' recheck' after it when the caller re-checks after a silent wait (see take.lua).
+-- ' recheck' after it when the caller re-checks after a silent wait (see take.lua); ARGV[4]:
+-- the fencing token of a lock handed to the caller's client whose note the caller took, or
+-- '' (see take.lua).
 -- Reply: `{1, fencing_token}` when taken (also when the lock holds this very token: the same
 -- attempt sent again after its reply was lost), `{0, remaining_ttl_ms}` when held by someone
 -- else (`{0, -remaining_ttl_ms}` when the holder is not a redmutex client, whose release
 -- nobody announces); then a caller that waits has its client added to the waiting clients
--- (for a lease past the holder's), so that a release names it in its turn. When the holder
--- is of the caller's own client, `{0, remaining_ttl_ms, nil, nil, score}`: the score of the
--- place it was given (see take.lua). A re-check that finds the lock held gets
--- `{0, remaining_ttl_ms, nil, nil, score or nil, ahead}`: how many waiting clients a release
--- names before the caller's.
+-- (for a lease past the holder's), so that a release names it in its turn, and is told the
+-- server's clock: `{0, remaining_ttl_ms, server_ms, nil, score}`, with the score of the
+-- place it was given when the holder is of the caller's own client (else nil; see
+-- take.lua). A re-check that finds the lock held gets
+-- `{0, remaining_ttl_ms, server_ms, nil, score or nil, ahead}`: how many waiting clients a
+-- release names before the caller's.
 -- Errors with `WRONGTYPE` (and changes nothing) when the lock key is not a string with an
 -- expiry, or the counter is not an integer; with Redis's own error (and changes nothing) when
 -- Redis refuses a command (`OOM`, an ACL), except that a held lock still reads as held when
@@ -21,4 +24,8 @@
 --
 -- `SET ... NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
 -- key is not a string: the type check costs nothing. Needs errors.lua, fence.lua and take.lua.
-return take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
+local claim = ARGV[4]
+if claim == '' then
+  claim = nil
+end
+return take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], claim)

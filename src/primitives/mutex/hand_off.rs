@@ -86,12 +86,22 @@ impl HandOff for MutexProtocol {
         Some(Ok(()))
     }
 
+    fn release(&self, keys: &LockKeys, token: &str, claim: Duration) -> ScriptCall {
+        ScriptCall::new(&super::RELEASE)
+            .key(&keys.lock)
+            .key(&keys.waiting)
+            .key(&keys.fence)
+            .arg(token)
+            .arg(&*keys.channel)
+            .arg(millis(claim))
+    }
+
     fn release_held(
         &self,
         keys: &LockKeys,
         (token, fencing_token): (&str, u64),
-        others_wait: bool,
-        place_kept: Duration,
+        (others_wait, place_kept): (bool, Duration),
+        claim: Duration,
     ) -> ScriptCall {
         ScriptCall::new(&super::RELEASE_HELD)
             .key(&keys.lock)
@@ -102,6 +112,7 @@ impl HandOff for MutexProtocol {
             .arg(fencing_token)
             .arg(if others_wait { "more" } else { "" })
             .arg(millis(place_kept))
+            .arg(millis(claim))
     }
 }
 

@@ -8,9 +8,10 @@
 -- KEYS[1]: the lock key; KEYS[2]: the waiting clients; KEYS[3]: the fencing counter.
 -- ARGV[1]: the token; ARGV[2]: the release channel; ARGV[3]: the hold's fencing token;
 -- ARGV[4]: 'more' when other threads of the client wait, '' when none does; ARGV[5]: how long
--- a place among the waiting is kept, ms.
+-- a place among the waiting is kept, ms; ARGV[6], when given: the claim of a lock handed to
+-- the client named, ms (waiters.lua).
 -- Reply: 1 when deleted, 0 when the key held another token or was gone.
--- Needs announce.lua and waiters.lua.
+-- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -28,5 +29,5 @@ else
     redis.call('ZREM', KEYS[2], client)
   end
 end
-name_next(KEYS[2], ARGV[2], KEYS[1])
+name_next(KEYS[2], ARGV[2], KEYS[1], KEYS[3], ARGV[6])
 return 1

@@ -9,7 +9,11 @@
 -- taken meanwhile it is owed the next turn. Either may end with ' recheck' ('wait recheck',
 -- 'more overdue recheck'): the attempt is a waiter's re-check after a silent wait, and a
 -- failed one also tells how many waiting clients a release names before the caller's.
--- A lock that holds the caller's client's turn (waiters.lua) is the caller's to take.
+-- A lock that holds the caller's client's turn (waiters.lua) is the caller's to take. A lock
+-- handed to the caller's client (a claim, waiters.lua) is taken only by the attempt that names
+-- its fencing token, `claim` (the thread that took the note of it out, when it could not rely
+-- on the note alone); to every other attempt of the client it is held by the client, which
+-- keeps two threads of the client from both taking it.
 -- A key of the wrong type where the lock should be is an error that leaves nothing behind: a
 -- fencing counter that only attempts without a script counted is deleted with it.
 -- Needs errors.lua, fence.lua, announce.lua and waiters.lua.
@@ -20,7 +24,7 @@ local REDMUTEX_TOKEN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%
 -- How long a client that gave the lock up waits, at most, before it tries again.
 local YIELD_WAIT_MS = 5
 
-local function take_lock(lock, fence, waiting, token, lease, waits)
+local function take_lock(lock, fence, waiting, token, lease, waits, claim)
   local client = string.match(token, '^[^:]+')
   -- The suffixes, on the longer forms only ('', 'wait', 'more' and 'after' have none).
   local recheck, overdue = false, false
@@ -80,8 +84,9 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     end
     return previous
   end
-  if previous == client .. ':turn' then
-    -- The client's turn, handed to it by a release: the lock is now the token's.
+  if previous == client .. ':turn' or (claim and previous == client .. ':h:' .. claim) then
+    -- The client's turn, or the lock handed to it whose note the caller took: the lock is
+    -- now the token's.
     redis.call('SET', lock, token, 'PX', lease)
     previous = false
   end
@@ -140,15 +145,19 @@ local function take_lock(lock, fence, waiting, token, lease, waits)
     -- which tells the waiter to re-check with its backoff.
     return {0, -ttl}
   end
-  if recheck and waits ~= '' then
+  if waits == '' then
+    return {0, ttl}
+  end
+  -- A waiter is told the server's clock (ms), by which it reads when the claim of a lock
+  -- handed to its client ends (waiters.lua).
+  local time = redis.call('TIME')
+  local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  if recheck then
     -- How many clients a release names before this one (ZRANK: the order of ZPOPMIN); the
     -- waiter re-checks the less often the further back it is. Not among them (named, or its
     -- place gone): 0, so that it re-checks soon.
     local ahead = redis.pcall('ZRANK', waiting, client)
-    return {0, ttl, false, false, placed or false, type(ahead) == 'number' and ahead or 0}
+    return {0, ttl, now, false, placed or false, type(ahead) == 'number' and ahead or 0}
   end
-  if placed then
-    return {0, ttl, false, false, placed}
-  end
-  return {0, ttl}
+  return {0, ttl, now, false, placed or false}
 end

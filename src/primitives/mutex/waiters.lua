@@ -37,18 +37,43 @@ end
 -- channel `channel` plus `:` and its id (the message is its id: that client's leading waiter
 -- attempts, the others wait on). Only that client hears it: a channel that every waiting
 -- client listened on would wake a thread in each of them at every hand-off, work that grows
--- with the clients. A client owed its turn gets the lock `lock` held for it (no lock given:
--- it is told only). A flag of an earlier version is announced on the lock's channel itself,
+-- with the clients. A flag of an earlier version is announced on the lock's channel itself,
 -- where its waiters listen.
-local function name_next(waiting, channel, lock)
+--
+-- Given the fencing counter `fence` and a claim of `claim_ms` (a `Mutex`'s release on one
+-- deployment), the release hands the lock `lock` to the client it names: the lock holds the
+-- claim `<client>:h:<fencing token>` (a new token) for `claim_ms`, and the message carries
+-- the token and when the claim ends by the server's clock (`<client> <token> <end ms>`). The
+-- client's leading waiter takes the lock by that note without a round trip (the note goes to
+-- one thread of the client, and no attempt takes a claim: to the client's own attempts it is
+-- held by the client, take.lua), and renews the claim to its lease; nobody else takes it
+-- meanwhile, so a client named is never beaten to the lock (`Fix::HandedOver` of the model,
+-- tests/wait_model/model.rs). Needs fence.lua for that.
+--
+-- Without them (a shared value's release, one over several instances, a forced one), the
+-- client named attempts; a client owed its turn (take.lua) gets the lock `lock` held for it
+-- (no lock given: it is told only).
+local function name_next(waiting, channel, lock, fence, claim_ms)
   local next = redis.pcall('ZPOPMIN', waiting)
   if next['err'] then
     redis.call('DEL', waiting)
     announce(channel, 'released')
   elseif next[1] then
-    if lock and tonumber(next[2]) < 0 then
-      redis.call('SET', lock, next[1] .. ':turn', 'PX', TURN_MS)
+    local client = next[1]
+    if lock and fence and claim_ms then
+      local token = next_fence(lock, fence)
+      if token then
+        local text = fence_text(token)
+        redis.call('SET', lock, client .. ':h:' .. text, 'PX', claim_ms)
+        local now = redis.call('TIME')
+        local ends = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(claim_ms)
+        announce(channel .. ':' .. client, client .. ' ' .. text .. ' ' .. string.format('%.0f', ends))
+        return
+      end
     end
-    announce(channel .. ':' .. next[1], next[1])
+    if lock and tonumber(next[2]) < 0 then
+      redis.call('SET', lock, client .. ':turn', 'PX', TURN_MS)
+    end
+    announce(channel .. ':' .. client, client)
   end
 end

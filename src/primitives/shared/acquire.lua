@@ -4,9 +4,9 @@
 -- KEYS[1..3]: as for mutex/acquire.lua (lock, fencing counter, waiting clients); KEYS[4]: the
 -- value; KEYS[5]: the fencing token of the holder that wrote it (or removed it).
 -- ARGV: as for mutex/acquire.lua (the token, the lease in milliseconds, what the caller does
--- if the lock is held).
+-- if the lock is held, the fencing token of a lock handed to its client that it takes).
 -- Reply: `{1, fencing_token, value, written_by}` when taken, `value` nil when there is none
--- (`{1, fencing_token}` when neither is stored); `{0, ms}` when held. Errors with `WRONGTYPE` (changing nothing) when the value key
+-- (`{1, fencing_token}` when neither is stored); as mutex/acquire.lua's when held. Errors with `WRONGTYPE` (changing nothing) when the value key
 -- is not a string, and as mutex/acquire.lua otherwise. Needs errors.lua, fence.lua,
 -- announce.lua, mutex/waiters.lua and mutex/take.lua.
 local value = redis.pcall('GET', KEYS[4])
@@ -17,7 +17,11 @@ if type(value) == 'table' and value['err'] then
   return value
 end
 local written_by = redis.call('GET', KEYS[5])
-local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3])
+local claim = ARGV[4]
+if claim == '' then
+  claim = nil
+end
+local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], claim)
 if reply[1] == 1 and (value or written_by) then
   reply[3] = value
   reply[4] = written_by

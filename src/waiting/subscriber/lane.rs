@@ -398,11 +398,23 @@ impl LaneThread {
 
     fn dispatch(&self, channel: &str, payload: &str) {
         self.shared.messages.fetch_add(1, Ordering::Relaxed);
-        let state = self.shared.state.lock();
-        if let Some(channel) = state.channels.get(channel) {
-            for r in channel.registrations.values() {
-                r.deliver(payload);
+        let mut state = self.shared.state.lock();
+        let Some(channel) = state.channels.get_mut(channel) else {
+            return;
+        };
+        if let Some(kept) = channel.kept.as_mut() {
+            let note = payload
+                .strip_prefix(&*kept.filter)
+                .and_then(|rest| rest.strip_prefix(' '));
+            if let Some(note) = note {
+                // Kept by the channel, for whichever waiter of the client looks first.
+                kept.offer(note);
+                channel.wake_all();
+                return;
             }
+        }
+        for r in channel.registrations.values() {
+            r.deliver(payload);
         }
     }
 }

@@ -106,6 +106,53 @@ struct Channel {
     /// slot moved) while waiters listened: a release meanwhile went unheard, so the waiters
     /// re-check once more when the new subscription is confirmed.
     lost: bool,
+    /// On a channel of one client (its waiters' filter), the notes of locks handed to it.
+    kept: Option<KeptNotes>,
+}
+
+/// The notes of the locks that releases hand to one client on its own channel (a `Mutex`'s:
+/// `mutex/waiters.lua`): kept by the channel rather than by a waiter's signal, so that each
+/// is taken out once by whichever waiter of the client looks first (several of its threads
+/// may listen at once: a leader, and one that attempted before it entered the gate), and one
+/// that comes between two leaders' subscriptions waits for the next leader.
+struct KeptNotes {
+    /// The messages for the client start with its id and a space.
+    filter: Arc<str>,
+    /// The note with the highest fencing token (its first field) not taken yet.
+    note: Option<Box<str>>,
+    /// When the client last withdrew from the lock's waiting clients (see
+    /// [`Subscription::withdrew`]).
+    withdrawn_at: Option<Instant>,
+}
+
+impl KeptNotes {
+    /// Keeps `note` unless a note with a higher fencing token waits (notes can come out of
+    /// order across a reconnection).
+    fn offer(&mut self, note: &str) {
+        let fence = |n: &str| n.split(' ').next().and_then(|f| f.parse::<u64>().ok());
+        if self.note.as_deref().and_then(fence) < fence(note) || self.note.is_none() {
+            self.note = Some(Box::from(note));
+        }
+    }
+}
+
+/// A note taken out of a client's channel, and when the client last withdrew from the lock's
+/// waiting clients (the lock a note that came from before may hand over is gone).
+/// Where the notes that come with a waiter's announcements are kept.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Notes {
+    /// By the waiter (a fair lock's: each waiter has its own filter, its token).
+    Waiter,
+    /// By the channel, for the client whose id is the filter (see [`KeptNotes`]).
+    Client,
+}
+
+pub(crate) struct Note {
+    /// What followed the client's id in the message.
+    pub(crate) text: Box<str>,
+    /// When the client last withdrew, if it did while the channel was subscribed: a note
+    /// from before the withdrawal may come after it.
+    pub(crate) withdrawn_at: Option<Instant>,
 }
 
 impl Channel {
@@ -210,7 +257,7 @@ impl Subscriber {
     pub(crate) fn subscribe_if_live(
         &self,
         channel: &Arc<str>,
-        filter: Option<Arc<str>>,
+        (filter, notes): (Option<Arc<str>>, Notes),
         signal: Arc<Signal>,
     ) -> Option<Subscription> {
         let shared = self.shared();
@@ -219,17 +266,18 @@ impl Subscriber {
         if !entry.confirmed {
             return None;
         }
-        Some(register(shared, entry, channel, filter, signal))
+        Some(register(shared, entry, channel, (filter, notes), signal))
     }
 
-    /// Registers interest in `channel` (only in messages equal to `filter`, if given), starting
-    /// the lane of its shard when needed, bumping `signal` on a wake-up (a signal shared with
-    /// subscriptions of other clients wakes one waiter from any of them). Returns `None` when
-    /// the thread cannot be started; the caller then waits with backoff alone.
+    /// Registers interest in `channel` (only in messages equal to `filter`, if given, or that
+    /// and a note, kept as `notes` says), starting the lane of its shard when needed, bumping
+    /// `signal` on a wake-up (a signal shared with subscriptions of other clients wakes one
+    /// waiter from any of them). Returns `None` when the thread cannot be started; the caller
+    /// then waits with backoff alone.
     pub(crate) fn subscribe(
         &self,
         channel: &Arc<str>,
-        filter: Option<Arc<str>>,
+        (filter, notes): (Option<Arc<str>>, Notes),
         signal: Arc<Signal>,
     ) -> Option<Subscription> {
         let shared = self.shared();
@@ -242,7 +290,7 @@ impl Subscriber {
             }
             let lane = entry.lane.unwrap_or(shard);
             (
-                register(shared, entry, channel, filter, signal),
+                register(shared, entry, channel, (filter, notes), signal),
                 !entry.confirmed,
                 lane,
             )
@@ -251,6 +299,21 @@ impl Subscriber {
             return None;
         }
         Some(subscription)
+    }
+
+    /// The client whose channel `channel` is just withdrew from the lock's waiting clients,
+    /// which gave up a lock handed to it: a note kept now is of that lock, and one that comes
+    /// from now on may be (see [`Note::withdrawn_at`]).
+    pub(crate) fn withdrew(&self, channel: &str) {
+        let mut state = self.shared().state.lock();
+        if let Some(kept) = state
+            .channels
+            .get_mut(channel)
+            .and_then(|c| c.kept.as_mut())
+        {
+            kept.note = None;
+            kept.withdrawn_at = Some(Instant::now());
+        }
     }
 
     /// Messages received and reconnections so far.
@@ -290,11 +353,18 @@ fn register(
     shared: &Arc<SubscriberState>,
     entry: &mut Channel,
     channel: &Arc<str>,
-    filter: Option<Arc<str>>,
+    (filter, notes): (Option<Arc<str>>, Notes),
     signal: Arc<Signal>,
 ) -> Subscription {
     let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     entry.idle_since = None;
+    if let (Notes::Client, Some(filter), None) = (notes, &filter, &entry.kept) {
+        entry.kept = Some(KeptNotes {
+            filter: Arc::clone(filter),
+            note: None,
+            withdrawn_at: None,
+        });
+    }
     entry.registrations.insert(
         id,
         Registration {
@@ -498,9 +568,24 @@ impl Subscription {
         *self.signal.generation.lock()
     }
 
-    /// The note of the last message that woke this waiter with one, taken out.
-    pub(crate) fn take_note(&self) -> Option<Box<str>> {
-        self.signal.note.lock().take()
+    /// The note of the last message that woke this waiter with one, taken out; on a channel
+    /// that keeps its client's notes, the highest note not taken yet, whoever it woke.
+    pub(crate) fn take_note(&self) -> Option<Note> {
+        let mut state = self.shared.state.lock();
+        if let Some(kept) = state
+            .channels
+            .get_mut(&self.channel)
+            .and_then(|c| c.kept.as_mut())
+        {
+            let withdrawn_at = kept.withdrawn_at;
+            return kept.note.take().map(|text| Note { text, withdrawn_at });
+        }
+        drop(state);
+        let text = self.signal.note.lock().take()?;
+        Some(Note {
+            text,
+            withdrawn_at: None,
+        })
     }
 
     /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.

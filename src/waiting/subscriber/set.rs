@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use super::{Signal, Subscriber, Subscription};
+use super::{Notes, Signal, Subscriber, Subscription};
 
 /// Which messages of a channel wake a waiter: all, or those equal to this (see
-/// [`Subscriber::subscribe`]).
-type Filter = Option<Arc<str>>;
+/// [`Subscriber::subscribe`]); and where the notes that come with them are kept.
+type Filter = (Option<Arc<str>>, Notes);
 
 /// One subscriber, or those of a quorum's instances.
 pub(crate) struct Subscribers {
@@ -79,6 +79,14 @@ impl Subscribers {
             return None;
         }
         Subscription::joined(parts, self.needed)
+    }
+
+    /// The client withdrew from the waiting clients of the lock whose wake channel for it is
+    /// `channel` (see [`Subscriber::withdrew`]).
+    pub(crate) fn withdrew(&self, channel: &str) {
+        for member in &self.members {
+            member.withdrew(channel);
+        }
     }
 
     /// Messages received and reconnections so far, over every member.
