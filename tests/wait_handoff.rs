@@ -471,15 +471,10 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
     let holder_token = g.fencing_token();
     g.unlock().unwrap();
     let mut conn = server.conn();
-    let barged = redis::cmd("SET")
-        .arg(lock)
-        .arg("0123456789abcdef0123456789abcdef:0:stand-in")
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query::<Option<String>>(&mut conn)
-        .unwrap();
-    assert!(barged.is_none(), "another client took the lock handed over");
+    assert!(
+        !stand_in_takes(&mut conn, lock),
+        "another client took the lock handed over"
+    );
     assert!(eventually(LIMIT, || named.stats().handed_over == 1));
     // Its token is the claim the release wrote: the client's id, `h` and the fencing token.
     let held: String = conn.get(lock).unwrap();
@@ -489,6 +484,20 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
     assert!(named_token > holder_token);
     assert_eq!(named.stats().attempts, 2, "{:?}", named.stats());
     assert!(waiting_clients(&server, "handed").is_empty());
+}
+
+/// Whether a stand-in for another client takes `lock` now, as a barging attempt would: a
+/// `SET NX` of a token that looks like a redmutex client's (whose release would be announced).
+fn stand_in_takes(conn: &mut redis::Connection, lock: &str) -> bool {
+    redis::cmd("SET")
+        .arg(lock)
+        .arg("0123456789abcdef0123456789abcdef:0:stand-in")
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query::<Option<String>>(conn)
+        .unwrap()
+        .is_some()
 }
 
 /// A release that does not hand the lock over (a shared value's, whose waiter needs the value
@@ -527,17 +536,7 @@ fn named_client_beaten(server: &RedisServer, name: &str) -> bool {
     // The release names the waiting client; before its attempt arrives, another holder takes
     // the lock (one that looks like a redmutex client, whose release would be announced).
     g.unlock().unwrap();
-    let stand_in = "0123456789abcdef0123456789abcdef:0:stand-in";
-    let took = redis::cmd("SET")
-        .arg(&lock)
-        .arg(stand_in)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query::<Option<String>>(&mut conn)
-        .unwrap()
-        .is_some();
-    if !took {
+    if !stand_in_takes(&mut conn, &lock) {
         drop(done);
         t.join().unwrap();
         return false;

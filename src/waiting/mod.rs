@@ -256,22 +256,14 @@ pub(crate) fn contend<W>(
     let led_at = Instant::now();
     let mut waited = false;
     let mut silent = false;
-    let mut claim = None;
     loop {
-        if let Some(passed) = pass.take_passed() {
-            let won = took_over(&pass, &mut pause, named, take_over(passed));
-            return wait.finish(won);
-        }
-        match pause.take_note().and_then(|note| handed(&note)) {
-            Some(Handed::Taken(won)) => {
-                return wait.finish(took_over(&pass, &mut pause, named, won))
-            }
-            Some(Handed::Attempt(fence)) => {
-                claim = Some(fence);
-                skip_attempt = None;
-            }
-            None => {}
-        }
+        let found = passed_or_handed(&pass, &mut pause, named, (&mut take_over, &mut handed));
+        let claim = match found {
+            ControlFlow::Break(won) => return wait.finish(won),
+            ControlFlow::Continue(claim) => claim,
+        };
+        // The attempt that names a note's fencing token is not skipped.
+        skip_attempt = skip_attempt.filter(|_| claim.is_none());
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
             None => {
@@ -282,7 +274,7 @@ pub(crate) fn contend<W>(
                     after: named && std::mem::replace(&mut yielded, false),
                     overdue: waited && led_at.elapsed() >= OVERDUE,
                     recheck: std::mem::replace(&mut silent, false),
-                    claim: claim.take(),
+                    claim,
                 };
                 match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
                     Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),
@@ -303,6 +295,28 @@ pub(crate) fn contend<W>(
         }
         waited = named;
         (silent, skip_attempt) = after_wait(&pass, &pause, named, seen);
+    }
+}
+
+/// What a leader looks for before it attempts or waits: a lock passed to it, then the note of
+/// a lock handed to its client, which it takes (`Break`, with what was won of either), or
+/// whose fencing token its next attempt names (see [`Handed::Attempt`]).
+fn passed_or_handed<W>(
+    pass: &GatePass<'_>,
+    pause: &mut Pause,
+    named: bool,
+    (take_over, handed): (
+        impl FnOnce(Passed) -> Result<W>,
+        impl FnOnce(&Note) -> Option<Handed<W>>,
+    ),
+) -> ControlFlow<Result<Option<W>>, Option<u64>> {
+    if let Some(passed) = pass.take_passed() {
+        return ControlFlow::Break(took_over(pass, pause, named, take_over(passed)));
+    }
+    match pause.take_note().and_then(|note| handed(&note)) {
+        Some(Handed::Taken(won)) => ControlFlow::Break(took_over(pass, pause, named, won)),
+        Some(Handed::Attempt(fence)) => ControlFlow::Continue(Some(fence)),
+        None => ControlFlow::Continue(None),
     }
 }
 
