@@ -33,12 +33,14 @@ pub struct ClientInfo {
 /// a semaphore's permits) or one queued waiter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HolderInfo {
-    /// Its token (`<client id>:<thread>:<sequence>:<unix ms>`).
+    /// Its token (`<client id>:<thread>:<sequence>:<unix ms>`; a `Mutex` that a release handed
+    /// to a waiting client, `<client id>:h:<fencing token>`).
     pub token: String,
-    /// The number of its thread within its process.
+    /// The number of its thread within its process (0 when the token does not tell: a lock
+    /// handed over).
     pub thread: u64,
     /// When its acquire call began, by its client's clock (for a holder that waited, this
-    /// includes the wait).
+    /// includes the wait); `None` when the token does not tell.
     pub since: Option<SystemTime>,
     /// How much of its lease is left (for a waiter: until it counts as dead).
     pub lease_left: Option<Duration>,

@@ -125,7 +125,8 @@ pub(crate) trait HandOff: Send + Sync + 'static {
     fn pass_on(&self, ctx: &Arc<LockContext>, hold: &Arc<Hold>) -> Option<Result<()>>;
 
     /// The release of a hold that may have been passed on within its client, which hands the
-    /// lock to the waiting client it names, for a claim of `claim`.
+    /// lock to the waiting client it names, for a claim of `claim` (marked as announcing a
+    /// hand-off: see [`ScriptCall::announcing`]).
     fn release(&self, keys: &LockKeys, token: &str, claim: Duration) -> ScriptCall;
 
     /// The same, which also sets the client's place among the lock's waiting clients right

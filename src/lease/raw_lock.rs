@@ -416,7 +416,17 @@ impl RawLock {
                     false => None,
                 };
                 let seen = live.as_ref().map_or(0, Subscription::seen);
-                let first = (may_wait, Turn::default(), true);
+                // Where a release names one client and may hand it the lock, the client is
+                // placed among the waiting only once it listens: a note published before its
+                // subscription would be lost, and the lock held for it until the claim ran out
+                // (its attempts do not take a claim). Not listening yet, the first attempt
+                // only tries; the leader's attempt after subscribing places the client.
+                let places = may_wait && (filter.is_none() || live.is_some());
+                let turn = Turn {
+                    listening: live.is_some(),
+                    ..Turn::default()
+                };
+                let first = (places, turn, true);
                 match self.attempt(keys, lease, token, first, Some(&told))? {
                     Attempt::Acquired(guard) => return Ok(Some(guard)),
                     Attempt::Held(..) if !may_wait => {
@@ -643,6 +653,7 @@ impl RawLock {
             overdue: turn.overdue,
             recheck: turn.recheck,
             claim: turn.claim,
+            listening: turn.listening,
         };
         let attempting = Attempting {
             protocol: self.protocol,

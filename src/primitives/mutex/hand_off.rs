@@ -94,6 +94,7 @@ impl HandOff for MutexProtocol {
             .arg(token)
             .arg(&*keys.channel)
             .arg(millis(claim))
+            .announcing()
     }
 
     fn release_held(
@@ -113,6 +114,7 @@ impl HandOff for MutexProtocol {
             .arg(if others_wait { "more" } else { "" })
             .arg(millis(place_kept))
             .arg(millis(claim))
+            .announcing()
     }
 }
 
