@@ -104,9 +104,6 @@ pub(crate) struct AcquireCall<'a> {
     /// Contend style: the fencing token of a lock that a release handed to this client, which
     /// the attempt takes if the lock still holds it (the caller took the note of it).
     pub(crate) claim: Option<u64>,
-    /// Contend style: the lock is likely held (the client listens on its announcements
-    /// already): plain commands would cost a held lock a second round trip.
-    pub(crate) listening: bool,
 }
 
 impl AcquireCall<'_> {

@@ -422,11 +422,7 @@ impl RawLock {
                 // (its attempts do not take a claim). Not listening yet, the first attempt
                 // only tries; the leader's attempt after subscribing places the client.
                 let places = may_wait && (filter.is_none() || live.is_some());
-                let turn = Turn {
-                    listening: live.is_some(),
-                    ..Turn::default()
-                };
-                let first = (places, turn, true);
+                let first = (places, Turn::default(), true);
                 match self.attempt(keys, lease, token, first, Some(&told))? {
                     Attempt::Acquired(guard) => return Ok(Some(guard)),
                     Attempt::Held(..) if !may_wait => {
@@ -653,7 +649,6 @@ impl RawLock {
             overdue: turn.overdue,
             recheck: turn.recheck,
             claim: turn.claim,
-            listening: turn.listening,
         };
         let attempting = Attempting {
             protocol: self.protocol,

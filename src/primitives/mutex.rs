@@ -269,10 +269,9 @@ impl Protocol for MutexProtocol {
 
     /// A free lock is taken with `SET NX PX GET` and `INCR` of the fencing counter, unless
     /// the client stays among the waiting (other threads of it wait), which only the script
-    /// does, or the lock is likely held (the client listens for it: the script places the
-    /// client in the same round trip).
+    /// does.
     fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
-        match call.more || call.after || call.claim.is_some() || call.listening {
+        match call.more || call.after || call.claim.is_some() {
             true => PlainTake::Never,
             false => PlainTake::WhenFree,
         }

@@ -81,9 +81,6 @@ pub(crate) struct Turn {
     /// took but could not rely on alone: the attempt takes the lock if Redis still holds it
     /// for the client (see [`Handed::Attempt`]).
     pub(crate) claim: Option<u64>,
-    /// The client listens on the lock's announcements already (it waited for the lock
-    /// lately): the lock is likely held, and the attempt goes to the script at once.
-    pub(crate) listening: bool,
 }
 
 /// What a contending leader makes of the note of a lock that a release handed to its client
@@ -278,7 +275,6 @@ pub(crate) fn contend<W>(
                     overdue: waited && led_at.elapsed() >= OVERDUE,
                     recheck: std::mem::replace(&mut silent, false),
                     claim,
-                    listening: true,
                 };
                 match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
                     Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),
