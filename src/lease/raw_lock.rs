@@ -28,6 +28,13 @@ use crate::waiting::{
     Passed, Queued, Subscription, Taker, Turn,
 };
 
+/// The fencing token and the claim's end (server ms) of a note of a lock handed over
+/// (`<fencing token> <claim end>`, what follows the waiter's id or token in the message).
+fn parse_note(note: &str) -> Option<(u64, i64)> {
+    let mut fields = note.split(' ');
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
 /// The prefix of a protocol's keys: the client's (borrowed: a handle is often made per
 /// operation), plus the protocol's namespace if it has one.
 fn key_prefix<'a>(ctx: &'a LockContext, protocol: &dyn Protocol) -> Cow<'a, str> {
@@ -449,19 +456,29 @@ impl RawLock {
                 taker,
             };
             let handed = |note: &Note| self.take_named(keys, note, &told);
-            let give_up = |pass: &GatePass<'_>| {
-                // The last waiter of its client withdraws it after the releases on their way
-                // that keep its place.
-                if !pass.others_wait() {
-                    let settle = || ctx.lessor.settle_unread();
-                    pass.await_kept_places(ctx.config.response_timeout, settle);
-                }
-                let others_wait = pass.gives_up(told.own_place());
-                self.withdraw(keys, token, others_wait, &channel);
-            };
+            let give_up = |pass: &GatePass<'_>| self.give_up(pass, (keys, token), &told, &channel);
             let (attempt, end) = (attempt, (take_over, handed, give_up));
             waiting::contend(ctx.waiting(), contending, attempt, end)
         })
+    }
+
+    /// A contending wait ends without the lock while the thread is still in its gate (`pass`):
+    /// the last waiter of its client withdraws it, after the releases on their way that keep
+    /// its place.
+    fn give_up(
+        &self,
+        pass: &GatePass<'_>,
+        (keys, token): (&LockKeys, &str),
+        told: &Told,
+        channel: &str,
+    ) {
+        let ctx = &self.ctx;
+        if !pass.others_wait() {
+            let settle = || ctx.lessor.settle_unread();
+            pass.await_kept_places(ctx.config.response_timeout, settle);
+        }
+        let others_wait = pass.gives_up(told.own_place());
+        self.withdraw(keys, token, others_wait, channel);
     }
 
     /// A contending wait ends without the lock: withdraws what its attempts claimed, its
@@ -491,9 +508,7 @@ impl RawLock {
         note: &Note,
         told: &Told,
     ) -> Option<Handed<LeaseGuard>> {
-        let mut fields = note.text.split(' ');
-        let fencing_token: u64 = fields.next()?.parse().ok()?;
-        let claim_end: i64 = fields.next()?.parse().ok()?;
+        let (fencing_token, claim_end) = parse_note(&note.text)?;
         let withdrawn = note
             .withdrawn_at
             .is_some_and(|at| at.elapsed() < HAND_OFF_CLAIM);
@@ -767,9 +782,7 @@ impl RawLock {
         note: &str,
         contact: Option<Contact>,
     ) -> Option<LeaseGuard> {
-        let mut fields = note.split(' ');
-        let fencing_token: u64 = fields.next()?.parse().ok()?;
-        let claim_end: i64 = fields.next()?.parse().ok()?;
+        let (fencing_token, claim_end) = parse_note(note)?;
         let held_until = self.claim_held_until(claim_end, contact)?;
         let guard = self
             .acquired(keys, token, (fencing_token, held_until), None, (0, true))
