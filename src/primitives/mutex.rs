@@ -249,6 +249,7 @@ static WITHDRAW: LazyLock<Script> = LazyLock::new(|| {
 /// releases, and returns when no client waits (KEYS[1]: the lock; KEYS[2]: the waiting
 /// clients; ARGV[2]: the release channel); the helpers and the naming follow, made only by
 /// a release that needs them (`mutex/release_to_waiting.lua`).
+#[cfg(feature = "serde")]
 pub(crate) fn then_name_next(head: &str) -> Script {
     compose(&[
         head,
