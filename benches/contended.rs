@@ -34,6 +34,8 @@
 //! sections; their figures then replace their own keys in an existing `contended.json`, and
 //! the others are kept. `BENCH_GROWTH_THREADS` sets the threads per process of the growth
 //! section (4), to tell what grows with the processes from what grows with their threads.
+//! `BENCH_ROUNDS` sets the rounds of every section (3), for a figure whose rounds spread
+//! widely on a busy host.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -138,6 +140,7 @@ fn mode() -> Mode {
         processes: env_or("BENCH_PROCESSES", mode.processes),
         threads: env_or("BENCH_THREADS", mode.threads),
         growth_threads: env_or("BENCH_GROWTH_THREADS", mode.growth_threads),
+        rounds: env_or("BENCH_ROUNDS", mode.rounds),
         ..mode
     }
 }

@@ -486,6 +486,47 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
     assert!(waiting_clients(&server, "handed").is_empty());
 }
 
+/// A client that a release handed the lock wants it again while another holds it: its first
+/// attempt goes to the acquire script, which places it among the waiting in one round trip,
+/// rather than plain commands that find the lock held and cost a second one.
+#[test]
+fn a_client_handed_the_lock_attempts_by_script_first() {
+    let server = RedisServer::start();
+    let (holder, named) = (client(&server), client(&server));
+    let m = named.mutex("passing");
+    // Taken once by a script: the client has seen the lock's fencing counter started, and
+    // may take it with plain commands from now on (see `lease/plain_take.rs`).
+    drop(m.lock().unwrap());
+    let g = holder.mutex("passing").lock().unwrap();
+    let (released, go) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    let t = std::thread::spawn(move || {
+        drop(m.try_lock_for(LIMIT).unwrap().expect("handed the lock"));
+        released.0.send(()).unwrap();
+        // Held by the other client now: this first attempt finds it so.
+        go.1.recv().unwrap();
+        let again = m
+            .try_lock_for(LIMIT)
+            .unwrap()
+            .expect("handed the lock again");
+        again.fencing_token()
+    });
+    assert!(eventually(LIMIT, || named.stats().attempts == 3));
+    g.unlock().unwrap();
+    released.1.recv().unwrap();
+    assert_eq!(named.stats().handed_over, 1, "{:?}", named.stats());
+    let g = holder.mutex("passing").lock().unwrap();
+    let sets = server.command_calls("set");
+    go.0.send(()).unwrap();
+    assert!(eventually(LIMIT, || named.stats().attempts == 4));
+    // The attempt was the script alone (its own `SET NX GET` found the lock held): no plain
+    // `SET` came before it.
+    assert_eq!(server.command_calls("set"), sets + 1);
+    let holder_token = g.fencing_token();
+    g.unlock().unwrap();
+    assert!(t.join().unwrap() > holder_token);
+    assert_eq!(named.stats().handed_over, 2, "{:?}", named.stats());
+}
+
 /// Whether a stand-in for another client takes `lock` now, as a barging attempt would: a
 /// `SET NX` of a token that looks like a redmutex client's (whose release would be announced).
 fn stand_in_takes(conn: &mut redis::Connection, lock: &str) -> bool {

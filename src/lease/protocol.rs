@@ -104,6 +104,9 @@ pub(crate) struct AcquireCall<'a> {
     /// Contend style: the fencing token of a lock that a release handed to this client, which
     /// the attempt takes if the lock still holds it (the caller took the note of it).
     pub(crate) claim: Option<u64>,
+    /// Contend style: a release handed this client the lock since its last acquire (the lock
+    /// passes between clients): it is likely held by another one now.
+    pub(crate) likely_held: bool,
 }
 
 impl AcquireCall<'_> {

@@ -429,7 +429,11 @@ impl RawLock {
                 // (its attempts do not take a claim). Not listening yet, the first attempt
                 // only tries; the leader's attempt after subscribing places the client.
                 let places = may_wait && (filter.is_none() || live.is_some());
-                let first = (places, Turn::default(), true);
+                let turn = Turn {
+                    likely_held: live.as_ref().is_some_and(Subscription::named_before),
+                    ..Turn::default()
+                };
+                let first = (places, turn, true);
                 match self.attempt(keys, lease, token, first, Some(&told))? {
                     Attempt::Acquired(guard) => return Ok(Some(guard)),
                     Attempt::Held(..) if !may_wait => {
@@ -664,6 +668,7 @@ impl RawLock {
             overdue: turn.overdue,
             recheck: turn.recheck,
             claim: turn.claim,
+            likely_held: turn.likely_held,
         };
         let attempting = Attempting {
             protocol: self.protocol,

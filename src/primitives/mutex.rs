@@ -270,9 +270,11 @@ impl Protocol for MutexProtocol {
 
     /// A free lock is taken with `SET NX PX GET` and `INCR` of the fencing counter, unless
     /// the client stays among the waiting (other threads of it wait), which only the script
-    /// does.
+    /// does, or the lock is likely held (a release handed it to this client since its last
+    /// acquire: the script places the client in the same round trip, where plain commands
+    /// would cost a held lock a second one).
     fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
-        match call.more || call.after || call.claim.is_some() {
+        match call.more || call.after || call.claim.is_some() || call.likely_held {
             true => PlainTake::Never,
             false => PlainTake::WhenFree,
         }

@@ -81,6 +81,9 @@ pub(crate) struct Turn {
     /// took but could not rely on alone: the attempt takes the lock if Redis still holds it
     /// for the client (see [`Handed::Attempt`]).
     pub(crate) claim: Option<u64>,
+    /// A release handed this client the lock since its last acquire: the lock passes
+    /// between clients, and is likely held by another one now.
+    pub(crate) likely_held: bool,
 }
 
 /// What a contending leader makes of the note of a lock that a release handed to its client
@@ -275,6 +278,8 @@ pub(crate) fn contend<W>(
                     overdue: waited && led_at.elapsed() >= OVERDUE,
                     recheck: std::mem::replace(&mut silent, false),
                     claim,
+                    // An attempt after a wait is the script already.
+                    likely_held: false,
                 };
                 match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
                     Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),

@@ -123,6 +123,8 @@ struct KeptNotes {
     /// When the client last withdrew from the lock's waiting clients (see
     /// [`Subscription::withdrew`]).
     withdrawn_at: Option<Instant>,
+    /// A note came since the last live subscription (see [`Subscription::named_before`]).
+    named: bool,
 }
 
 impl KeptNotes {
@@ -133,6 +135,7 @@ impl KeptNotes {
         if self.note.as_deref().and_then(fence) < fence(note) || self.note.is_none() {
             self.note = Some(Box::from(note));
         }
+        self.named = true;
     }
 }
 
@@ -223,6 +226,8 @@ pub(crate) struct Subscription {
     others: Vec<Subscription>,
     /// How many of this one and `others` must be live for the whole to be.
     needed: usize,
+    /// See [`named_before`](Self::named_before).
+    named_before: bool,
 }
 
 impl Subscriber {
@@ -254,6 +259,8 @@ impl Subscriber {
     /// Registers interest in `channel` only if it is subscribed and confirmed already (an
     /// attempt made after this cannot miss an announcement), bumping `signal` on a wake-up.
     /// Cheap (no round trip, no wake-up).
+    /// The subscription tells whether a note came for the client since
+    /// the last such call on the channel ([`Subscription::named_before`]).
     pub(crate) fn subscribe_if_live(
         &self,
         channel: &Arc<str>,
@@ -266,7 +273,13 @@ impl Subscriber {
         if !entry.confirmed {
             return None;
         }
-        Some(register(shared, entry, channel, (filter, notes), signal))
+        let named = entry
+            .kept
+            .as_mut()
+            .is_some_and(|k| std::mem::take(&mut k.named));
+        let mut subscription = register(shared, entry, channel, (filter, notes), signal);
+        subscription.named_before = named;
+        Some(subscription)
     }
 
     /// Registers interest in `channel` (only in messages equal to `filter`, if given, or that
@@ -363,6 +376,7 @@ fn register(
             filter: Arc::clone(filter),
             note: None,
             withdrawn_at: None,
+            named: false,
         });
     }
     entry.registrations.insert(
@@ -379,6 +393,7 @@ fn register(
         signal,
         others: Vec::new(),
         needed: 1,
+        named_before: false,
     }
 }
 
@@ -586,6 +601,14 @@ impl Subscription {
             text,
             withdrawn_at: None,
         })
+    }
+
+    /// Whether a release named this client on this channel (a note of a lock handed to it)
+    /// between the last live subscription to it and this one (see
+    /// [`Subscriber::subscribe_if_live`]): then the lock passes between clients, and is likely
+    /// held by another when this client wants it again.
+    pub(crate) fn named_before(&self) -> bool {
+        self.named_before || self.others.iter().any(Subscription::named_before)
     }
 
     /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.
