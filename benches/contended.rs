@@ -18,8 +18,9 @@
 //!    defaults (blocking `acquire`, polling every 0.1 s), interleaved within each round. Reports
 //!    hand-offs per second, the wait of each acquire (p50/p99/p99.9), Redis commands per
 //!    acquisition and the reads Redis made from client sockets per acquisition (one per round
-//!    trip), Jain's fairness index over the threads, and the share of hand-offs whose next
-//!    holder runs in the same process as the previous one.
+//!    trip), the CPU time of the client processes and of Redis per acquisition, Jain's
+//!    fairness index over the threads, and the share of hand-offs whose next holder runs in
+//!    the same process as the previous one.
 //!
 //! 4. Contention as it grows: 1, 2, 4, 8 and 16 processes x 4 threads take one `Mutex` in a
 //!    loop with an empty critical section, beside 4 x 2 in the same rounds (interleaved; 4 x 2
@@ -234,7 +235,9 @@ fn take_once(client: &Client, fair: bool, name: &str, hold: Duration) -> (u64, u
 /// over, and the process prints one line per acquisition: `EV <thread> <asked_ns>
 /// <acquired_ns> <released_ns>`, then the client's acquire attempts and acquisitions during
 /// the run, and of those the locks handed over by a release or passed on within the client,
-/// both without an attempt: `ST <attempts> <acquisitions> <without an attempt>`, then `END`; it exits when its input closes.
+/// both without an attempt: `ST <attempts> <acquisitions> <without an attempt>`, its CPU
+/// time during the run in seconds (`CPU <seconds>`), then `END`; it exits when its input
+/// closes.
 fn worker(args: &[String]) {
     let url = &args[0];
     let fair = args[1] == "fair";
@@ -278,8 +281,13 @@ fn worker(args: &[String]) {
     let stdin = std::io::stdin();
     let _ = stdin.read_line(&mut line);
     go.wait();
+    let cpu = common::cpu_seconds();
+    let mut runs = Vec::new();
     for h in handles {
-        let (t, events) = h.join().expect("worker thread");
+        runs.push(h.join().expect("worker thread"));
+    }
+    let cpu = common::cpu_seconds() - cpu;
+    for (t, events) in runs {
         for (asked, acquired, released) in events {
             let _ = writeln!(out, "EV {} {asked} {acquired} {released}", id * 1000 + t);
         }
@@ -292,6 +300,7 @@ fn worker(args: &[String]) {
         stats.acquisitions - before.acquisitions,
         (stats.handed_over + stats.passed_on) - (before.handed_over + before.passed_on)
     );
+    let _ = writeln!(out, "CPU {cpu}");
     let _ = writeln!(out, "END");
     let _ = out.flush();
     // Stay connected until the parent counted the commands.
@@ -345,9 +354,12 @@ warmed.wait()
 print("READY", flush=True)
 sys.stdin.readline()
 go.wait()
+cpu = time.process_time()
 for h in handles:
     h.join()
+cpu = time.process_time() - cpu
 out = ["EV %d %d %d %d" % (wid * 1000 + t, *e) for t in range(threads) for e in events[t]]
+out.append("CPU %f" % cpu)
 out.append("END")
 sys.stdout.write("\n".join(out) + "\n")
 sys.stdout.flush()
@@ -543,6 +555,10 @@ struct HandoffResult {
     sent_per_acquisition: f64,
     /// Reads Redis made from client sockets (one per round trip), per acquisition.
     reads_per_acquisition: f64,
+    /// CPU time per acquisition of the client processes and of Redis, in microseconds (the
+    /// two cores are shared: on loopback their sum bounds the hand-offs per second).
+    client_cpu_us: f64,
+    redis_cpu_us: f64,
     jain: f64,
     /// Jain's index over the processes (acquisitions per process).
     jain_processes: f64,
@@ -604,6 +620,12 @@ fn handoff_round(
     // Every worker connected and took the lock: count from here.
     let mut outputs = common::ready_outputs(&mut children);
     let before = command_counts(server);
+    let server_cpu = || {
+        server
+            .pid()
+            .map_or(0.0, |p| common::process_cpu_seconds(&p.to_string()))
+    };
+    let redis_cpu_before = server_cpu();
     let started = Instant::now();
     for child in &mut children {
         let stdin = child.stdin.as_mut().expect("stdin");
@@ -612,6 +634,7 @@ fn handoff_round(
     }
     let mut events: Vec<(usize, u64, u64, u64)> = Vec::new();
     let (mut attempts, mut acquired, mut handed) = (0u64, 0u64, 0u64);
+    let mut client_cpu = 0.0;
     for lines in &mut outputs {
         for line in lines.by_ref() {
             let line = line.expect("worker output");
@@ -625,12 +648,16 @@ fn handoff_round(
                 acquired += f[2].parse::<u64>().expect("acquisitions");
                 handed += f[3].parse::<u64>().expect("handed over");
             }
+            if f.len() == 2 && f[0] == "CPU" {
+                client_cpu += f[1].parse::<f64>().expect("CPU seconds");
+            }
             if f.first() == Some(&"END") {
                 break;
             }
         }
     }
     let elapsed = started.elapsed();
+    let redis_cpu = server_cpu() - redis_cpu_before;
     let after = command_counts(server);
     let mut sent = after.sent - before.sent;
     if contender == Contender::RedisPy {
@@ -679,6 +706,8 @@ fn handoff_round(
         commands_per_acquisition: per_acquisition(commands),
         sent_per_acquisition: per_acquisition(sent),
         reads_per_acquisition: per_acquisition(reads),
+        client_cpu_us: client_cpu * 1e6 / events.len().max(1) as f64,
+        redis_cpu_us: redis_cpu * 1e6 / events.len().max(1) as f64,
         jain: if sum_sq > 0.0 {
             sum * sum / (n * sum_sq)
         } else {
@@ -1383,6 +1412,13 @@ fn compare_contenders(
     row("round trips / acq.", &|c| {
         format!("{:.2}", pick(c, |r| r.reads_per_acquisition).0)
     });
+    row("CPU / acq. client, Redis", &|c| {
+        format!(
+            "{:.1} / {:.1} us",
+            pick(c, |r| r.client_cpu_us).0,
+            pick(c, |r| r.redis_cpu_us).0
+        )
+    });
     row("Jain fairness index", &|c| {
         format!("{:.4}", pick(c, |r| r.jain).0)
     });
@@ -1415,7 +1451,9 @@ fn compare_contenders(
              \"wait_p99_ms\": {:.3}, \"wait_p999_ms\": {:.3}, \
              \"commands_sent_per_acquisition\": {:.3}, \
              \"commands_run_per_acquisition\": {:.3}, \
-             \"round_trips_per_acquisition\": {:.3}, \"jain_index\": {:.5}, \
+             \"round_trips_per_acquisition\": {:.3}, \
+             \"client_cpu_us_per_acquisition\": {:.2}, \
+             \"redis_cpu_us_per_acquisition\": {:.2}, \"jain_index\": {:.5}, \
              \"local_share\": {:.4}, \"acquisitions\": {}}}",
             contender.key(),
             rate.0,
@@ -1428,6 +1466,8 @@ fn compare_contenders(
             pick(c, |r| r.sent_per_acquisition).0,
             pick(c, |r| r.commands_per_acquisition).0,
             pick(c, |r| r.reads_per_acquisition).0,
+            pick(c, |r| r.client_cpu_us).0,
+            pick(c, |r| r.redis_cpu_us).0,
             pick(c, |r| r.jain).0,
             pick(c, |r| r.local_share).0,
             results[c].iter().map(|r| r.acquisitions).sum::<usize>(),
