@@ -478,6 +478,11 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
     assert!(eventually(LIMIT, || named.stats().handed_over == 1));
     // Its token is the claim the release wrote: the client's id, `h` and the fencing token.
     let held: String = conn.get(lock).unwrap();
+    // Held on past half the claim, it is renewed to the client's lease.
+    assert!(
+        eventually(LIMIT, || conn.pttl::<_, i64>(lock).unwrap() > 1500),
+        "the claim was not renewed to the lease"
+    );
     drop(done);
     let named_token = t.join().unwrap();
     assert!(held.ends_with(&format!(":h:{named_token}")), "{held}");
