@@ -242,23 +242,9 @@ pub(crate) fn contend<W>(
     // Releases that name one client: its threads pass the turn on (see `attempt` above).
     // Other releases wake every waiter, and each leader attempts.
     let named = filter.is_some();
-    let (subscription, earlier) = leader_subscription(w, &pass, early, (channel, filter));
-    let mut pause = Pause::new(subscription, w.config);
-    if earlier.is_none() {
-        w.confirm(&pause, deadline);
-    }
-    let seen = pause.seen();
-    pass.listen(pause.signal(), taker);
-    let mut skip_attempt = earlier.or_else(|| {
-        sibling_holds(&pass, &pause, named).then_some((seen, KEPT_PLACE_WAIT, Release::Announced))
-    });
-    // Only a first attempt before any wait: an attempt after an announcement that named
-    // this client takes the lock.
-    let mut yielded = pass.entered == Entered::Yielded && skip_attempt.is_none();
-    // Since when this thread has waited in Redis for its client.
-    let led_at = Instant::now();
-    let mut waited = false;
-    let mut silent = false;
+    let (mut pause, mut skip_attempt) =
+        start_leading(w, &pass, (early, deadline, taker), (channel, filter));
+    let mut leading = Leading::new(&pass, named, skip_attempt.is_none());
     loop {
         let found = passed_or_handed(&pass, &mut pause, named, (&mut take_over, &mut handed));
         let claim = match found {
@@ -270,17 +256,7 @@ pub(crate) fn contend<W>(
         let (seen, remaining, release) = match skip_attempt.take() {
             Some(earlier) => earlier,
             None => {
-                let turn = Turn {
-                    more: named && pass.others_inside(),
-                    // The first attempt of a client that just gave the lock up waits behind
-                    // the clients it gave it to.
-                    after: named && std::mem::replace(&mut yielded, false),
-                    overdue: waited && led_at.elapsed() >= OVERDUE,
-                    recheck: std::mem::replace(&mut silent, false),
-                    claim,
-                    // An attempt after a wait is the script already.
-                    likely_held: false,
-                };
+                let turn = leading.turn(&pass, claim);
                 match attempt_turn(&pass, &mut pause, turn, &mut attempt) {
                     Ok(ControlFlow::Break(won)) => return wait.finish(Ok(Some(won))),
                     Ok(ControlFlow::Continue(held)) => held,
@@ -298,8 +274,79 @@ pub(crate) fn contend<W>(
             );
             return wait.finish(end);
         }
-        waited = named;
-        (silent, skip_attempt) = after_wait(&pass, &pause, named, seen);
+        leading.waited = named;
+        (leading.silent, skip_attempt) = after_wait(&pass, &pause, named, seen);
+    }
+}
+
+/// A new leader's start: the subscription it waits with (confirmed by Redis when new), its
+/// listening for a lock passed within its client, and the attempt it need not make (see
+/// [`leader_subscription`]), or need not make first because a sibling holds the lock and
+/// its release keeps the client's place.
+fn start_leading(
+    w: WaitContext<'_>,
+    pass: &GatePass<'_>,
+    (early, deadline, taker): (Option<Early>, Option<Instant>, Taker),
+    (channel, filter): (&Arc<str>, Option<Arc<str>>),
+) -> (Pause, Option<Earlier>) {
+    let named = filter.is_some();
+    let (subscription, earlier) = leader_subscription(w, pass, early, (channel, filter));
+    let pause = Pause::new(subscription, w.config);
+    if earlier.is_none() {
+        w.confirm(&pause, deadline);
+    }
+    let seen = pause.seen();
+    pass.listen(pause.signal(), taker);
+    let skip = earlier.or_else(|| {
+        sibling_holds(pass, &pause, named).then_some((seen, KEPT_PLACE_WAIT, Release::Announced))
+    });
+    (pause, skip)
+}
+
+/// How a leader's attempts stand across its waits: what its next [`Turn`] says.
+struct Leading {
+    /// Releases name one client.
+    named: bool,
+    /// The client just gave the lock up to the other waiting clients, and this leader has
+    /// not attempted yet.
+    yielded: bool,
+    /// Since when this thread has waited in Redis for its client.
+    led_at: Instant,
+    /// It has waited for an announcement naming its client.
+    waited: bool,
+    /// Its last wait was a whole re-check period without an announcement.
+    silent: bool,
+}
+
+impl Leading {
+    /// A leader that entered its gate through `pass`, whose first attempt is made (not
+    /// skipped) when `attempts_first`.
+    fn new(pass: &GatePass<'_>, named: bool, attempts_first: bool) -> Leading {
+        Leading {
+            named,
+            // Only a first attempt before any wait: an attempt after an announcement that
+            // named this client takes the lock.
+            yielded: pass.entered == Entered::Yielded && attempts_first,
+            led_at: Instant::now(),
+            waited: false,
+            silent: false,
+        }
+    }
+
+    /// The next attempt's turn, naming the fencing token of a lock handed to the client
+    /// (`claim`) if any.
+    fn turn(&mut self, pass: &GatePass<'_>, claim: Option<u64>) -> Turn {
+        Turn {
+            more: self.named && pass.others_inside(),
+            // The first attempt of a client that just gave the lock up waits behind the
+            // clients it gave it to.
+            after: self.named && std::mem::replace(&mut self.yielded, false),
+            overdue: self.waited && self.led_at.elapsed() >= OVERDUE,
+            recheck: std::mem::replace(&mut self.silent, false),
+            claim,
+            // An attempt after a wait is the script already.
+            likely_held: false,
+        }
     }
 }
 
