@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 
 use super::push::{Flavour, Push};
-use super::{reassign, Lanes, Link, SubscriberState};
+use super::{reassign, Lanes, Link, Signal, State, SubscriberState};
 
 /// How long the thread blocks reading messages before it looks at its state anyway (new
 /// subscriptions wake it sooner, with a message on its own wake channel).
@@ -396,25 +396,42 @@ impl LaneThread {
         reassign(&self.shared, &self.lanes, moved);
     }
 
+    /// Delivers a message: counts a wake-up of each waiter it is for (keeping its note) while
+    /// the state is locked, and wakes them once it is not: a woken waiter looks at the state
+    /// first (its note, its subscription), and would find it locked while this thread is
+    /// still in the system call that wakes it.
     fn dispatch(&self, channel: &str, payload: &str) {
         self.shared.messages.fetch_add(1, Ordering::Relaxed);
-        let mut state = self.shared.state.lock();
-        let Some(channel) = state.channels.get_mut(channel) else {
+        let mut woken = Vec::new();
+        deliver(
+            &mut self.shared.state.lock(),
+            (channel, payload),
+            &mut woken,
+        );
+        for signal in woken {
+            signal.wake();
+        }
+    }
+}
+
+/// Keeps the note of a message for its client's waiters, or hands it to each waiter it is
+/// for, counting their wake-ups and adding their signals to `woken`.
+fn deliver(state: &mut State, (channel, payload): (&str, &str), woken: &mut Vec<Arc<Signal>>) {
+    let Some(channel) = state.channels.get_mut(channel) else {
+        return;
+    };
+    if let Some(kept) = channel.kept.as_mut() {
+        let note = payload
+            .strip_prefix(&*kept.filter)
+            .and_then(|rest| rest.strip_prefix(' '));
+        if let Some(note) = note {
+            // Kept by the channel, for whichever waiter of the client looks first.
+            kept.offer(note);
+            channel.advance_all(woken);
             return;
-        };
-        if let Some(kept) = channel.kept.as_mut() {
-            let note = payload
-                .strip_prefix(&*kept.filter)
-                .and_then(|rest| rest.strip_prefix(' '));
-            if let Some(note) = note {
-                // Kept by the channel, for whichever waiter of the client looks first.
-                kept.offer(note);
-                channel.wake_all();
-                return;
-            }
         }
-        for r in channel.registrations.values() {
-            r.deliver(payload);
-        }
+    }
+    for r in channel.registrations.values() {
+        r.deliver(payload, woken);
     }
 }

@@ -52,14 +52,25 @@ impl Signal {
     }
 
     fn bump(&self) {
-        *self.generation.lock() += 1;
-        self.bumped.notify_all();
+        self.advance();
+        self.wake();
     }
 
-    /// Keeps `note` for the waiter, then wakes it.
-    fn bump_with(&self, note: &str) {
+    /// Counts a wake-up without waking the waiter yet (see [`wake`](Self::wake)): a waiter
+    /// that looks at the count from now on does not wait.
+    fn advance(&self) {
+        *self.generation.lock() += 1;
+    }
+
+    /// Keeps `note` for the waiter and counts a wake-up, without waking it yet.
+    fn advance_with(&self, note: &str) {
         *self.note.lock() = Some(Box::from(note));
-        self.bump();
+        self.advance();
+    }
+
+    /// Wakes the waiter if it waits, after [`advance`](Self::advance).
+    fn wake(&self) {
+        self.bumped.notify_all();
     }
 }
 
@@ -71,20 +82,28 @@ struct Registration {
 }
 
 impl Registration {
-    /// Wakes the waiter when `payload` is for it, keeping the note that came with it.
-    fn deliver(&self, payload: &str) {
-        let Some(filter) = self.filter.as_deref() else {
-            self.signal.bump();
-            return;
-        };
-        match payload.strip_prefix(filter) {
-            Some("") => self.signal.bump(),
-            Some(rest) => {
-                if let Some(note) = rest.strip_prefix(' ') {
-                    self.signal.bump_with(note);
-                }
+    /// Counts a wake-up of the waiter when `payload` is for it, keeping the note that came
+    /// with it, and adds its signal to those to wake.
+    fn deliver(&self, payload: &str, woken: &mut Vec<Arc<Signal>>) {
+        let for_it = match self.filter.as_deref() {
+            None => {
+                self.signal.advance();
+                true
             }
-            None => {}
+            Some(filter) => match payload.strip_prefix(filter) {
+                Some("") => {
+                    self.signal.advance();
+                    true
+                }
+                Some(rest) => rest.strip_prefix(' ').is_some_and(|note| {
+                    self.signal.advance_with(note);
+                    true
+                }),
+                None => false,
+            },
+        };
+        if for_it {
+            woken.push(Arc::clone(&self.signal));
         }
     }
 }
@@ -163,6 +182,15 @@ impl Channel {
     fn wake_all(&self) {
         for r in self.registrations.values() {
             r.signal.bump();
+        }
+    }
+
+    /// Counts a wake-up of every waiter of the channel, and adds their signals to those to
+    /// wake.
+    fn advance_all(&self, woken: &mut Vec<Arc<Signal>>) {
+        for r in self.registrations.values() {
+            r.signal.advance();
+            woken.push(Arc::clone(&r.signal));
         }
     }
 }
