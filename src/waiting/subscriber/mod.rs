@@ -85,26 +85,19 @@ impl Registration {
     /// Counts a wake-up of the waiter when `payload` is for it, keeping the note that came
     /// with it, and adds its signal to those to wake.
     fn deliver(&self, payload: &str, woken: &mut Vec<Arc<Signal>>) {
-        let for_it = match self.filter.as_deref() {
-            None => {
-                self.signal.advance();
-                true
-            }
-            Some(filter) => match payload.strip_prefix(filter) {
-                Some("") => {
-                    self.signal.advance();
-                    true
-                }
-                Some(rest) => rest.strip_prefix(' ').is_some_and(|note| {
-                    self.signal.advance_with(note);
-                    true
-                }),
-                None => false,
+        let note = match self.filter.as_deref().map(|f| payload.strip_prefix(f)) {
+            None | Some(Some("")) => None,
+            Some(Some(rest)) => match rest.strip_prefix(' ') {
+                Some(note) => Some(note),
+                None => return,
             },
+            Some(None) => return,
         };
-        if for_it {
-            woken.push(Arc::clone(&self.signal));
+        match note {
+            Some(note) => self.signal.advance_with(note),
+            None => self.signal.advance(),
         }
+        woken.push(Arc::clone(&self.signal));
     }
 }
 
