@@ -117,9 +117,10 @@ impl SeededCounters {
 
 /// What an attempt's plain commands do beside taking the lock.
 pub(crate) struct Beside<'a> {
-    /// Whether the caller waits when the lock is held (only the script registers a waiter);
-    /// a caller that gives up also reads the lock's remaining time (`PTTL`), so that a held
-    /// lock costs it one round trip.
+    /// Whether the caller waits when the lock is held (only the script registers a waiter).
+    /// For a caller that does not, the `SET`'s reply (another token) settles a held lock in
+    /// the one round trip, without the time left: such a first attempt's caller gives up, or
+    /// listens for the release and attempts again with the script, which reads it.
     pub(crate) waits: bool,
     /// A fair lock's queue, whose waiters come before a lock taken here.
     pub(crate) queue: Option<&'a str>,
@@ -218,7 +219,7 @@ pub(crate) fn packed(
 /// `SET lock token NX PX lease GET` and, unless `probing`, `INCR` of the fencing counter.
 fn take_commands((keys, token, lease_ms): (&LockKeys, &str, u64), probing: bool) -> Packed {
     // Room for the commands that go with these (a `Shared<T>`'s two `GET`s, a fair lock's
-    // `LINDEX`, a `PTTL`, a `WAIT`): growing the buffer would copy it.
+    // `LINDEX`, a `WAIT`): growing the buffer would copy it.
     let mut packed = Packed::with_capacity(512);
     packed
         .command(7)
@@ -266,9 +267,6 @@ fn plain(
     if let Some(queue) = beside.queue {
         packed.command_of(&[b"LINDEX", queue.as_bytes(), b"0"]);
     }
-    if !beside.waits {
-        packed.command_of(&[b"PTTL", keys.lock.as_bytes()]);
-    }
     if let Some((replicas, timeout)) = beside.replicas {
         packed
             .command(3)
@@ -307,10 +305,9 @@ fn plain(
         None | Some(Some(Ok(Value::Nil))) => false,
         Some(_) => true,
     };
-    let remaining = replies.next();
-    let plain = match (set, fence, remaining) {
-        (Some(Ok(Value::Nil)), _, _) if queued => Plain::GiveBack,
-        (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence))), _) if fence >= SEEDED_FENCE => {
+    let plain = match (set, fence) {
+        (Some(Ok(Value::Nil)), _) if queued => Plain::GiveBack,
+        (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence)))) if fence >= SEEDED_FENCE => {
             match payload {
                 Ok((payload, payload_version)) => Plain::Settled(AcquireReply {
                     payload,
@@ -320,11 +317,11 @@ fn plain(
                 Err(()) => Plain::GiveBack,
             }
         }
-        (Some(Ok(Value::Nil)), _, _) => Plain::Ours,
-        (Some(Ok(Value::BulkString(holder))), _, Some(Ok(Value::Int(remaining))))
-            if !beside.waits && remaining > 0 && holder.as_slice() != token.as_bytes() =>
+        (Some(Ok(Value::Nil)), _) => Plain::Ours,
+        (Some(Ok(Value::BulkString(holder))), _)
+            if !beside.waits && holder.as_slice() != token.as_bytes() =>
         {
-            Plain::Settled(AcquireReply::held(remaining))
+            Plain::Settled(AcquireReply::held_time_unread(lease_ms))
         }
         _ => Plain::Unsettled,
     };

@@ -42,11 +42,13 @@ impl AcquireReply {
         }
     }
 
-    /// Held by someone else for `remaining_ms` more.
-    pub(crate) fn held(remaining_ms: i64) -> Self {
+    /// Held by someone else, the time left not read (a plain take's reply to a caller that
+    /// does not wait, which has no use for it): at most `lease_ms`, the lease asked for, is
+    /// the bound given, as a lock's holders mostly ask for the same lease.
+    pub(crate) fn held_time_unread(lease_ms: u64) -> Self {
         AcquireReply {
             taken: 0,
-            value: remaining_ms,
+            value: i64::try_from(lease_ms).unwrap_or(i64::MAX),
             payload: None,
             payload_version: (0, 0),
             server_ms: None,
