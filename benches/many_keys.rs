@@ -1,7 +1,9 @@
 //! Many threads, many keys: 16 threads lock and unlock random names out of 1,000 through one
 //! client (a pool of 16 connections), beside a raw redis-rs loop doing the same two commands
-//! (`SET NX PX`, `EVALSHA` compare-and-delete) from 16 threads on 16 connections. Rounds
-//! alternate the two, and the ratio is taken within each round.
+//! (`SET NX PX`, `EVALSHA` compare-and-delete) from 16 threads on 16 connections. Each round
+//! interleaves the two in short slices (the host's speed drifts over seconds, and a slice of
+//! each, back to back, meets the same drift), and the ratio is taken within each round. The
+//! raw loop's connections are made once, before the first round, as the client's pool is.
 //!
 //! `cargo bench --bench many_keys` measures and writes `target/bench-results/many_keys.json`.
 
@@ -11,7 +13,7 @@ mod support;
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{spread, Json};
@@ -51,13 +53,23 @@ where
     total.load(Ordering::Relaxed) as f64 / began.elapsed().as_secs_f64()
 }
 
-fn raw_round(url: &str, time: Duration) -> f64 {
-    let url = url.to_owned();
+/// The raw loop's connections, one per thread, made once.
+type RawConns = Arc<Vec<Mutex<redis::Connection>>>;
+
+fn raw_connections(url: &str) -> RawConns {
+    let client = redis::Client::open(url).expect("url");
+    Arc::new(
+        (0..THREADS)
+            .map(|_| Mutex::new(client.get_connection().expect("connect")))
+            .collect(),
+    )
+}
+
+fn raw_round(conns: &RawConns, time: Duration) -> f64 {
+    let conns = Arc::clone(conns);
     run_threads(time, move |t, stop| {
-        let mut conn = redis::Client::open(url.as_str())
-            .expect("url")
-            .get_connection()
-            .expect("connect");
+        let mut conn = conns[t].lock().expect("raw connection");
+        let conn = &mut *conn;
         let release = redis::Script::new(common::RAW_RELEASE_LUA);
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
@@ -69,16 +81,12 @@ fn raw_round(url: &str, time: Duration) -> f64 {
                 .arg("NX")
                 .arg("PX")
                 .arg(30_000)
-                .query(&mut conn)
+                .query(conn)
                 .expect("SET");
             if set.is_none() {
                 continue; // another thread holds this name: pick another
             }
-            let _: i64 = release
-                .key(&key)
-                .arg(&token)
-                .invoke(&mut conn)
-                .expect("EVALSHA");
+            let _: i64 = release.key(&key).arg(&token).invoke(conn).expect("EVALSHA");
             n += 1;
         }
         n
@@ -101,10 +109,12 @@ fn mutex_round(client: &Client, time: Duration) -> f64 {
 
 fn main() {
     let measuring = common::measuring();
-    let (rounds, time) = if measuring {
-        (7, Duration::from_secs(3))
+    // Each round: `slices` slices of each loop, in turns (which starts alternates), of
+    // `time / slices` each.
+    let (rounds, time, slices) = if measuring {
+        (7, Duration::from_secs(3), 6)
     } else {
-        (1, Duration::from_millis(200))
+        (1, Duration::from_millis(200), 1)
     };
     let server = RedisServer::start();
     let client = Client::builder()
@@ -113,6 +123,8 @@ fn main() {
         .expect("client");
     let (mut raw, mut ours, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let server_pid = server.pid().map(|p| p.to_string()).unwrap_or_default();
+    let conns = raw_connections(&server.url());
+    let slice = time / slices;
     // CPU microseconds per operation of this process and of redis-server, per variant.
     let mut cpu = [[0.0f64; 2]; 2];
     let mut ops = [0.0f64; 2];
@@ -122,23 +134,22 @@ fn main() {
             common::process_cpu_seconds(&server_pid),
         );
         let rate = if variant == 0 {
-            raw_round(&server.url(), time)
+            raw_round(&conns, slice)
         } else {
-            mutex_round(&client, time)
+            mutex_round(&client, slice)
         };
         cpu[variant][0] += common::cpu_seconds() - c0;
         cpu[variant][1] += common::process_cpu_seconds(&server_pid) - s0;
-        ops[variant] += rate * time.as_secs_f64();
+        ops[variant] += rate * slice.as_secs_f64();
         rate
     };
     for round in 0..rounds {
-        let (r, o) = if round % 2 == 0 {
-            let r = measure(0);
-            (r, measure(1))
-        } else {
-            let o = measure(1);
-            (measure(0), o)
-        };
+        let mut sums = [0.0f64; 2];
+        for turn in 0..2 * slices {
+            let variant = (round + turn as usize) % 2;
+            sums[variant] += measure(variant);
+        }
+        let (r, o) = (sums[0] / f64::from(slices), sums[1] / f64::from(slices));
         raw.push(r);
         ours.push(o);
         ratios.push(o / r);
@@ -146,7 +157,10 @@ fn main() {
     let per_op = |v: usize, who: usize| 1e6 * cpu[v][who] / ops[v].max(1.0);
     let (raw, ours, ratio) = (spread(raw), spread(ours), spread(ratios));
     let stats = client.stats();
-    println!("many keys: {THREADS} threads over {NAMES} names, {rounds} rounds of {time:?}");
+    println!(
+        "many keys: {THREADS} threads over {NAMES} names, {rounds} rounds of {slices} slices \
+         of {slice:?} each"
+    );
     println!(
         "  raw SET NX PX + EVALSHA CAD   {:>10.0} /s  [{:.0} .. {:.0}]",
         raw.median, raw.min, raw.max
@@ -176,6 +190,7 @@ fn main() {
         .num("names", f64::from(NAMES))
         .num("rounds", rounds as f64)
         .num("round_seconds", time.as_secs_f64())
+        .num("slices_per_round", f64::from(slices))
         .spread("raw_ops_per_sec", raw)
         .spread("mutex_ops_per_sec", ours)
         .spread("ratio_to_raw", ratio)
