@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Mutex as StdMutex, Once};
+use std::sync::{Arc, Mutex as StdMutex, Once};
 use std::time::{Duration, Instant};
 
 use redmutex::{Builder, Client, Error, ErrorKind};
@@ -35,7 +35,7 @@ fn lock_commands() -> String {
     format!(
         "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire +time +type \
          {pubsub} +lindex +llen +lpop +rpush +lrem +zadd +zrem +zscore +zmscore +zpopmin +hset \
-         +wait"
+         +blpop +wait"
     )
 }
 
@@ -410,6 +410,58 @@ fn acl_users_lacking_what_a_lock_needs_get_auth_errors_and_write_nothing() {
     }
     assert_lock_usable(server.url(), builder(), "guarded");
     assert_no_secret("logs", &captured_logs());
+}
+
+/// Two clients of an ACL user without `+blpop` (the rules documented before it) pass a lock
+/// between them: their waiters wait for announcements alone, the refusal told once.
+#[test]
+fn an_acl_user_without_the_blocking_pop_is_woken_by_announcements_alone() {
+    capture_logs();
+    let server = RedisServer::start();
+    acl_user(
+        &server,
+        "no-blpop",
+        &format!("~redmutex:* &redmutex:* {} -blpop", lock_commands()),
+    );
+    let url = acl_url(&server, "no-blpop");
+    let clients: Vec<Client> = (0..2)
+        .map(|_| builder().open(url.as_str()).unwrap())
+        .collect();
+    let tokens = Arc::new(StdMutex::new(Vec::new()));
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let (m, tokens) = (client.mutex("no-pop"), Arc::clone(&tokens));
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    // Held a moment: the other client comes to wait meanwhile.
+                    std::thread::sleep(Duration::from_millis(1));
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut tokens = tokens.lock().unwrap().clone();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 200, "a fencing token was handed out twice");
+    let handed: u64 = clients.iter().map(|c| c.stats().handed_over).sum();
+    assert!(handed > 0, "the lock was never handed between the clients");
+    assert!(
+        acl_refusals(&server).iter().any(|r| r.contains("blpop")),
+        "no pop was tried: {:?}",
+        acl_refusals(&server)
+    );
+    let told = captured_logs().matches("the ACL user needs +blpop").count();
+    assert!(
+        (1..=2).contains(&told),
+        "told {told} times, once per client"
+    );
 }
 
 #[test]

@@ -491,6 +491,47 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
     assert!(waiting_clients(&server, "handed").is_empty());
 }
 
+/// While a lock passes between clients, each client's leading waiter waits for its note with
+/// a blocking pop on the list the release leaves it in (`mutex/waiters.lua`), woken by its
+/// own connection: every note is taken once (its announcement is not taken again), and the
+/// lists go with their claims.
+#[test]
+fn a_lock_passing_between_clients_is_waited_for_with_a_blocking_pop() {
+    let server = RedisServer::start();
+    let clients = [client(&server), client(&server)];
+    let tokens = Arc::new(StdMutex::new(Vec::new()));
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let (m, tokens) = (client.mutex("popped"), Arc::clone(&tokens));
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
+                    tokens.lock().unwrap().push(g.fencing_token());
+                    // Held a moment: the other client comes to wait meanwhile.
+                    std::thread::sleep(Duration::from_millis(1));
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let mut tokens = tokens.lock().unwrap().clone();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 400, "a note was taken twice");
+    let handed: u64 = clients.iter().map(|c| c.stats().handed_over).sum();
+    assert!(handed > 0, "the lock was never handed between the clients");
+    assert!(
+        server.command_calls("blpop") > 0,
+        "no waiter popped its note"
+    );
+    let lists = || -> Vec<String> { server.conn().keys("redmutex:{popped}:waiting:*").unwrap() };
+    assert!(eventually(LIMIT, || lists().is_empty()), "{:?}", lists());
+}
+
 /// A client that a release handed the lock wants it again while another holds it: its first
 /// attempt goes to the acquire script, which places it among the waiting in one round trip,
 /// rather than plain commands that find the lock held and cost a second one.

@@ -38,6 +38,9 @@ pub(crate) struct LockContext {
     pub(crate) at_shutdown: AtShutdown<LockContext>,
     /// Set when the client was shut down.
     closed: AtomicBool,
+    /// Set when Redis refused a blocking pop (an ACL user without `+blpop`): waiters wait
+    /// for announcements alone from then on (see `RawLock::pop_note`).
+    pub(crate) pop_refused: AtomicBool,
     /// The handles alive now (see [`Handle`]).
     handles: AtomicUsize,
 }
@@ -126,6 +129,7 @@ impl LockContext {
             counters,
             at_shutdown: AtShutdown::default(),
             closed: AtomicBool::new(false),
+            pop_refused: AtomicBool::new(false),
             handles: AtomicUsize::new(0),
         }
     }

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -449,6 +449,10 @@ impl RawLock {
                 }
             }
         };
+        let notes_key = self
+            .passes_on()
+            .then(|| format!("{}:{client_id}", keys.waiting));
+        let pop = |timeout: Duration| self.pop_note(notes_key.as_deref()?, timeout);
         self.waiting(|| {
             let contending = Contending {
                 lock_key: &self.lock_key,
@@ -458,12 +462,49 @@ impl RawLock {
                 coming,
                 early,
                 taker,
+                notes: notes_key.is_some().then_some(&pop as waiting::PopNote<'_>),
             };
             let handed = |note: &Note| self.take_named(keys, note, &told);
             let give_up = |pass: &GatePass<'_>| self.give_up(pass, (keys, token), &told, &channel);
             let (attempt, end) = (attempt, (take_over, handed, give_up));
             waiting::contend(ctx.waiting(), contending, attempt, end)
         })
+    }
+
+    /// Pops the note of a lock handed to this client from its list `key` (`mutex/waiters.lua`),
+    /// waiting for it up to `timeout`: `BLPOP`, whose timeout Redis reads in seconds with
+    /// decimals. `None` when none came, or the pop failed (the waiter then waits for the
+    /// announcement); a refusal (an ACL without `+blpop`) is told once, and no waiter of the
+    /// client pops again.
+    fn pop_note(&self, key: &str, timeout: Duration) -> Option<String> {
+        let ctx = &self.ctx;
+        if ctx.pop_refused.load(Ordering::Relaxed) {
+            return None;
+        }
+        let connections = ctx.lessor.one_deployment()?;
+        let seconds = format!("{:.3}", timeout.as_secs_f64());
+        let popped = connections.call(key, self.doing("waiting for"), |c| {
+            redis::cmd("BLPOP")
+                .arg(key)
+                .arg(&seconds)
+                .query::<Option<(String, String)>>(c)
+        });
+        match popped {
+            Ok(popped) => popped.map(|(_, note)| note),
+            Err(e) if e.kind() == ErrorKind::Auth => {
+                if !ctx.pop_refused.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "redmutex: {e}; waiters are woken through the subscriber thread alone \
+                         (the ACL user needs +blpop)"
+                    );
+                }
+                None
+            }
+            Err(e) => {
+                log::debug!("redmutex: {e}");
+                None
+            }
+        }
     }
 
     /// A contending wait ends without the lock while the thread is still in its gate (`pass`):

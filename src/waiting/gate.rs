@@ -495,6 +495,18 @@ impl GatePass<'_> {
         };
     }
 
+    /// Stops this leader from being passed the lock (a thread that cannot be woken for a
+    /// pass while it waits in Redis), unless a lock was passed to it already: whether it
+    /// stopped. [`listen`](Self::listen) lets it be passed the lock again.
+    pub(crate) fn stop_listening(&self) -> bool {
+        let mut state = self.gate.state.lock();
+        if state.passed.is_some() {
+            return false;
+        }
+        state.listener = Listening::Not;
+        true
+    }
+
     /// Whether a thread of this client holds the lock now, with a hold it may pass on.
     pub(crate) fn sibling_holds(&self) -> bool {
         let shard = self.gates.shard(&self.key).lock();

@@ -72,6 +72,23 @@ impl Pause {
         self.subscription.as_ref().map_or(0, Subscription::seen)
     }
 
+    /// Whether a note came for the client within `within` (see
+    /// [`Subscription::noted_within`]).
+    pub(crate) fn noted_within(&self, within: Duration) -> bool {
+        self.subscription
+            .as_ref()
+            .is_some_and(|s| s.noted_within(within))
+    }
+
+    /// Delivers a note popped from the client's list as an announcement's (see
+    /// [`Subscription::deliver_note`]): whether it was kept (`false` without a subscription
+    /// to keep it, or for a note taken out already).
+    pub(crate) fn deliver_note(&self, note: &str) -> bool {
+        self.subscription
+            .as_ref()
+            .is_some_and(|s| s.deliver_note(note))
+    }
+
     /// Whether announcements reach this waiter now.
     pub(crate) fn is_live(&self) -> bool {
         self.subscription

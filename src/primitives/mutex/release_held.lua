@@ -17,6 +17,11 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('DEL', KEYS[1])
 local client = string.match(ARGV[1], '^[^:]+')
+if string.find(ARGV[1], ':h:', 1, true) then
+  -- A hold a release handed over (waiters.lua): the list its note was left in is spent (no
+  -- release hands the client the lock while it holds it).
+  redis.pcall('DEL', KEYS[2] .. ':' .. client)
+end
 if ARGV[4] == 'more' then
   local now = redis.pcall('GET', KEYS[3])
   local score = tonumber(type(now) == 'string' and now or '0') or 0

@@ -50,6 +50,11 @@ end
 -- meanwhile, so a client named is never beaten to the lock (`Fix::HandedOver` of the model,
 -- tests/wait_model/model.rs). Needs fence.lua for that.
 --
+-- The note is also left, alone, in a list of the client's (`waiting` plus `:` and its id), for
+-- the claim's length: the client's leading waiter, the only thread of it waiting in Redis for
+-- the lock, pops it with a blocking pop and is woken by its own connection rather than by
+-- the subscriber thread (a hint, as the announcement: a refusal does not fail the script).
+--
 -- Without them (a shared value's release, one over several instances, a forced one), the
 -- client named attempts; a client owed its turn (take.lua) gets the lock `lock` held for it
 -- (no lock given: it is told only).
@@ -67,7 +72,13 @@ local function name_next(waiting, channel, lock, fence, claim_ms)
         redis.call('SET', lock, client .. ':h:' .. text, 'PX', claim_ms)
         local now = redis.call('TIME')
         local ends = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(claim_ms)
-        announce(channel .. ':' .. client, client .. ' ' .. text .. ' ' .. string.format('%.0f', ends))
+        local note = text .. ' ' .. string.format('%.0f', ends)
+        local notes = waiting .. ':' .. client
+        redis.pcall('DEL', notes)
+        if type(redis.pcall('RPUSH', notes, note)) == 'number' then
+          redis.call('PEXPIRE', notes, claim_ms)
+        end
+        announce(channel .. ':' .. client, client .. ' ' .. note)
         return
       end
     end

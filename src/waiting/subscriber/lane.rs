@@ -426,8 +426,9 @@ fn deliver(state: &mut State, (channel, payload): (&str, &str), woken: &mut Vec<
             .and_then(|rest| rest.strip_prefix(' '));
         if let Some(note) = note {
             // Kept by the channel, for whichever waiter of the client looks first.
-            kept.offer(note);
-            channel.advance_all(woken);
+            if kept.offer(note) {
+                channel.advance_all(woken);
+            }
             return;
         }
     }

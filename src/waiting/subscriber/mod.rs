@@ -20,7 +20,7 @@ mod set;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
 use parking_lot::{Condvar, Mutex};
@@ -137,18 +137,34 @@ struct KeptNotes {
     withdrawn_at: Option<Instant>,
     /// A note came since the last live subscription (see [`Subscription::named_before`]).
     named: bool,
+    /// The fencing token of the highest note taken out: a note comes twice (announced, and
+    /// popped from the client's list by its leader: see [`Subscription::deliver_note`]), and
+    /// is taken once.
+    taken: u64,
+    /// When the last note came: the lock passes between clients.
+    noted_at: Option<Instant>,
 }
 
 impl KeptNotes {
     /// Keeps `note` unless a note with a higher fencing token waits (notes can come out of
     /// order across a reconnection).
-    fn offer(&mut self, note: &str) {
-        let fence = |n: &str| n.split(' ').next().and_then(|f| f.parse::<u64>().ok());
-        if self.note.as_deref().and_then(fence) < fence(note) || self.note.is_none() {
+    /// Returns `false` for a note taken out already (see [`taken`](Self::taken)).
+    fn offer(&mut self, note: &str) -> bool {
+        self.noted_at = Some(Instant::now());
+        if note_fence(note).is_some_and(|fence| fence <= self.taken) {
+            return false;
+        }
+        if self.note.as_deref().and_then(note_fence) < note_fence(note) || self.note.is_none() {
             self.note = Some(Box::from(note));
         }
         self.named = true;
+        true
     }
+}
+
+/// The fencing token a note starts with.
+fn note_fence(note: &str) -> Option<u64> {
+    note.split(' ').next().and_then(|f| f.parse().ok())
 }
 
 /// A note taken out of a client's channel, and when the client last withdrew from the lock's
@@ -398,6 +414,8 @@ fn register(
             note: None,
             withdrawn_at: None,
             named: false,
+            taken: 0,
+            noted_at: None,
         });
     }
     entry.registrations.insert(
@@ -594,6 +612,44 @@ impl Subscription {
             .is_some_and(|c| c.confirmed)
     }
 
+    /// Whether a note came for this subscription's client within `within`: the lock passes
+    /// between clients now, and the next is likely to come soon.
+    pub(crate) fn noted_within(&self, within: Duration) -> bool {
+        let state = self.shared.state.lock();
+        state
+            .channels
+            .get(&self.channel)
+            .and_then(|c| c.kept.as_ref())
+            .and_then(|k| k.noted_at)
+            .is_some_and(|at| at.elapsed() < within)
+    }
+
+    /// Delivers `note`, popped from its client's list of notes (`mutex/waiters.lua`) rather
+    /// than announced, as the subscriber delivers an announcement's: kept by the channel (the
+    /// announcement of the same note is not kept again once taken), and a wake-up counted for
+    /// each waiter of the channel, this one included. Returns whether it was kept: `false`
+    /// for a note taken out already (its announcement came first).
+    pub(crate) fn deliver_note(&self, note: &str) -> bool {
+        let mut woken = Vec::new();
+        {
+            let mut state = self.shared.state.lock();
+            let Some(channel) = state.channels.get_mut(&self.channel) else {
+                return false;
+            };
+            let Some(kept) = channel.kept.as_mut() else {
+                return false;
+            };
+            if !kept.offer(note) {
+                return false;
+            }
+            channel.advance_all(&mut woken);
+        }
+        for signal in woken {
+            signal.wake();
+        }
+        true
+    }
+
     /// The signal that wakes this waiter, for a thread that passes it a lock.
     pub(crate) fn signal(&self) -> Arc<Signal> {
         Arc::clone(&self.signal)
@@ -614,7 +670,9 @@ impl Subscription {
             .and_then(|c| c.kept.as_mut())
         {
             let withdrawn_at = kept.withdrawn_at;
-            return kept.note.take().map(|text| Note { text, withdrawn_at });
+            let text = kept.note.take()?;
+            kept.taken = kept.taken.max(note_fence(&text).unwrap_or(0));
+            return Some(Note { text, withdrawn_at });
         }
         drop(state);
         let text = self.signal.note.lock().take()?;
