@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex as StdMutex, Once};
+use std::sync::{Mutex as StdMutex, Once};
 use std::time::{Duration, Instant};
 
 use redmutex::{Builder, Client, Error, ErrorKind};
@@ -427,27 +427,7 @@ fn an_acl_user_without_the_blocking_pop_is_woken_by_announcements_alone() {
     let clients: Vec<Client> = (0..2)
         .map(|_| builder().open(url.as_str()).unwrap())
         .collect();
-    let tokens = Arc::new(StdMutex::new(Vec::new()));
-    let threads: Vec<_> = clients
-        .iter()
-        .map(|client| {
-            let (m, tokens) = (client.mutex("no-pop"), Arc::clone(&tokens));
-            std::thread::spawn(move || {
-                for _ in 0..100 {
-                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
-                    tokens.lock().unwrap().push(g.fencing_token());
-                    // Held a moment: the other client comes to wait meanwhile.
-                    std::thread::sleep(Duration::from_millis(1));
-                    g.unlock().unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let mut tokens = tokens.lock().unwrap().clone();
-    tokens.sort_unstable();
+    let mut tokens = support::take_turns(&clients, "no-pop", 100);
     tokens.dedup();
     assert_eq!(tokens.len(), 200, "a fencing token was handed out twice");
     let handed: u64 = clients.iter().map(|c| c.stats().handed_over).sum();

@@ -499,27 +499,7 @@ fn a_release_hands_the_lock_to_the_client_it_names() {
 fn a_lock_passing_between_clients_is_waited_for_with_a_blocking_pop() {
     let server = RedisServer::start();
     let clients = [client(&server), client(&server)];
-    let tokens = Arc::new(StdMutex::new(Vec::new()));
-    let threads: Vec<_> = clients
-        .iter()
-        .map(|client| {
-            let (m, tokens) = (client.mutex("popped"), Arc::clone(&tokens));
-            std::thread::spawn(move || {
-                for _ in 0..200 {
-                    let g = m.try_lock_for(LIMIT).unwrap().expect("acquired");
-                    tokens.lock().unwrap().push(g.fencing_token());
-                    // Held a moment: the other client comes to wait meanwhile.
-                    std::thread::sleep(Duration::from_millis(1));
-                    g.unlock().unwrap();
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    let mut tokens = tokens.lock().unwrap().clone();
-    tokens.sort_unstable();
+    let mut tokens = support::take_turns(&clients, "popped", 200);
     tokens.dedup();
     assert_eq!(tokens.len(), 400, "a note was taken twice");
     let handed: u64 = clients.iter().map(|c| c.stats().handed_over).sum();

@@ -162,6 +162,36 @@ pub fn servers(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
+/// Each of `clients` takes the `Mutex` `name` `each` times in a thread of its own, holding it
+/// a millisecond (the others come to wait meanwhile, so that it passes between the clients),
+/// and returns every fencing token taken, sorted.
+pub fn take_turns(clients: &[redmutex::Client], name: &str, each: usize) -> Vec<u64> {
+    let tokens = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let threads: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let (m, tokens) = (client.mutex(name), std::sync::Arc::clone(&tokens));
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    let g = m
+                        .try_lock_for(Duration::from_secs(60))
+                        .expect("lock")
+                        .expect("acquired");
+                    tokens.lock().expect("tokens").push(g.fencing_token());
+                    std::thread::sleep(Duration::from_millis(1));
+                    g.unlock().expect("unlock");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a thread taking turns");
+    }
+    let mut tokens = tokens.lock().expect("tokens").clone();
+    tokens.sort_unstable();
+    tokens
+}
+
 /// A client for a Redlock instance that fails fast (connect and response timeouts of 500 ms)
 /// and holds short leases (2 s, renewed every 300 ms; an outage ridden for 2 s), so that a
 /// test sees instances killed and restarted within seconds.
