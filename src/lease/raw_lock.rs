@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -416,42 +417,14 @@ impl RawLock {
             false => None,
             true => {
                 let begun = coming.as_ref().map_or(HoldsBegun::default(), |c| c.begun);
-                let live = match may_wait {
-                    true => ctx
-                        .subscriber
-                        .subscribe_if_live(&channel, (filter.clone(), Notes::Client)),
-                    false => None,
-                };
-                let seen = live.as_ref().map_or(0, Subscription::seen);
-                // Where a release names one client and may hand it the lock, the client is
-                // placed among the waiting only once it listens: a note published before its
-                // subscription would be lost, and the lock held for it until the claim ran out
-                // (its attempts do not take a claim). Not listening yet, the first attempt
-                // only tries; the leader's attempt after subscribing places the client.
-                let places = may_wait && (filter.is_none() || live.is_some());
-                let turn = Turn {
-                    likely_held: live.as_ref().is_some_and(Subscription::named_before),
-                    ..Turn::default()
-                };
-                let first = (places, turn, true);
-                match self.attempt(keys, lease, token, first, Some(&told))? {
-                    Attempt::Acquired(guard) => return Ok(Some(guard)),
-                    Attempt::Held(..) if !may_wait => {
-                        ctx.counters.gave_up_at_once();
-                        return Ok(None);
-                    }
-                    Attempt::Held(remaining, release) => live.map(|subscription| Early {
-                        subscription,
-                        seen,
-                        held: (remaining, release),
-                        begun,
-                    }),
+                let first = (keys, lease, token, may_wait);
+                match self.first_attempt(first, (&channel, &filter), begun, &told)? {
+                    ControlFlow::Break(won) => return Ok(won),
+                    ControlFlow::Continue(early) => early,
                 }
             }
         };
-        let notes_key = self
-            .passes_on()
-            .then(|| format!("{}:{client_id}", keys.waiting));
+        let notes_key = self.notes_key(keys, client_id);
         let pop = |timeout: Duration| self.pop_note(notes_key.as_deref()?, timeout);
         self.waiting(|| {
             let contending = Contending {
@@ -469,6 +442,60 @@ impl RawLock {
             let (attempt, end) = (attempt, (take_over, handed, give_up));
             waiting::contend(ctx.waiting(), contending, attempt, end)
         })
+    }
+
+    /// The first attempt of a contending acquire, outside the gate, listening already when
+    /// the client's subscription to `channel` is live: `Break` with what it won (a guard, or
+    /// nothing for a caller that does not wait), else what a leader that comes straight from
+    /// it need not attempt again.
+    fn first_attempt(
+        &self,
+        (keys, lease, token, may_wait): (&Arc<LockKeys>, Duration, &Arc<str>, bool),
+        (channel, filter): (&Arc<str>, &Option<Arc<str>>),
+        begun: HoldsBegun,
+        told: &Told,
+    ) -> Result<ControlFlow<Option<LeaseGuard>, Option<Early>>> {
+        let ctx = &self.ctx;
+        let live = match may_wait {
+            true => ctx
+                .subscriber
+                .subscribe_if_live(channel, (filter.clone(), Notes::Client)),
+            false => None,
+        };
+        let seen = live.as_ref().map_or(0, Subscription::seen);
+        // Where a release names one client and may hand it the lock, the client is placed
+        // among the waiting only once it listens: a note published before its subscription
+        // would be lost, and the lock held for it until the claim ran out (its attempts do not
+        // take a claim). Not listening yet, the first attempt only tries; the leader's attempt
+        // after subscribing places the client.
+        let places = may_wait && (filter.is_none() || live.is_some());
+        let turn = Turn {
+            likely_held: live.as_ref().is_some_and(Subscription::named_before),
+            ..Turn::default()
+        };
+        let first = (places, turn, true);
+        Ok(match self.attempt(keys, lease, token, first, Some(told))? {
+            Attempt::Acquired(guard) => ControlFlow::Break(Some(guard)),
+            Attempt::Held(..) if !may_wait => {
+                ctx.counters.gave_up_at_once();
+                ControlFlow::Break(None)
+            }
+            Attempt::Held(remaining, release) => {
+                ControlFlow::Continue(live.map(|subscription| Early {
+                    subscription,
+                    seen,
+                    held: (remaining, release),
+                    begun,
+                }))
+            }
+        })
+    }
+
+    /// The list in which releases that hand this lock to the client `client_id` leave it the
+    /// note (`mutex/waiters.lua`), when they do.
+    fn notes_key(&self, keys: &LockKeys, client_id: &str) -> Option<String> {
+        self.passes_on()
+            .then(|| format!("{}:{client_id}", keys.waiting))
     }
 
     /// Pops the note of a lock handed to this client from its list `key` (`mutex/waiters.lua`),
