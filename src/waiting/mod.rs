@@ -312,9 +312,10 @@ pub(crate) fn contend<W>(
 /// subscriber thread. Only while notes come for its client ([`POPS_WHILE_NOTED`]) and no
 /// thread of it holds the lock (whose release passes it on within the client, which a thread
 /// in a blocking pop cannot be woken for: it takes no pass meanwhile), for at most
-/// [`POP_FOR`] and half the response timeout, never past the wait's hint or `deadline`. Returns whether a note came (delivered as an
-/// announcement's), not one taken already; else the leader waits on as ever, and an
-/// announcement that came meanwhile ends that wait at once.
+/// [`POP_FOR`] and half the response timeout, never past the wait's hint or `deadline`.
+/// Returns whether a note came (delivered as an announcement's), not one taken already; else
+/// the leader waits on as ever, and an announcement that came meanwhile ends that wait at
+/// once.
 fn popped(
     w: WaitContext<'_>,
     (pass, pause): (&GatePass<'_>, &Pause),

@@ -420,17 +420,14 @@ fn deliver(state: &mut State, (channel, payload): (&str, &str), woken: &mut Vec<
     let Some(channel) = state.channels.get_mut(channel) else {
         return;
     };
-    if let Some(kept) = channel.kept.as_mut() {
-        let note = payload
+    let note = channel.kept.as_ref().and_then(|kept| {
+        payload
             .strip_prefix(&*kept.filter)
-            .and_then(|rest| rest.strip_prefix(' '));
-        if let Some(note) = note {
-            // Kept by the channel, for whichever waiter of the client looks first.
-            if kept.offer(note) {
-                channel.advance_all(woken);
-            }
-            return;
-        }
+            .and_then(|rest| rest.strip_prefix(' '))
+    });
+    if let Some(note) = note {
+        channel.keep_note(note, woken);
+        return;
     }
     for r in channel.registrations.values() {
         r.deliver(payload, woken);

@@ -202,6 +202,18 @@ impl Channel {
             woken.push(Arc::clone(&r.signal));
         }
     }
+
+    /// Keeps `note` for the channel's client, for whichever of its waiters looks first (see
+    /// [`KeptNotes`]), and counts a wake-up of every waiter, adding their signals to `woken`.
+    /// Returns whether it was kept: `false` on a channel that keeps no notes, or for a note
+    /// taken out already.
+    fn keep_note(&mut self, note: &str, woken: &mut Vec<Arc<Signal>>) -> bool {
+        let kept = self.kept.as_mut().is_some_and(|kept| kept.offer(note));
+        if kept {
+            self.advance_all(woken);
+        }
+        kept
+    }
 }
 
 #[derive(Default)]
@@ -631,23 +643,17 @@ impl Subscription {
     /// for a note taken out already (its announcement came first).
     pub(crate) fn deliver_note(&self, note: &str) -> bool {
         let mut woken = Vec::new();
-        {
-            let mut state = self.shared.state.lock();
-            let Some(channel) = state.channels.get_mut(&self.channel) else {
-                return false;
-            };
-            let Some(kept) = channel.kept.as_mut() else {
-                return false;
-            };
-            if !kept.offer(note) {
-                return false;
-            }
-            channel.advance_all(&mut woken);
-        }
+        let kept = self
+            .shared
+            .state
+            .lock()
+            .channels
+            .get_mut(&self.channel)
+            .is_some_and(|channel| channel.keep_note(note, &mut woken));
         for signal in woken {
             signal.wake();
         }
-        true
+        kept
     }
 
     /// The signal that wakes this waiter, for a thread that passes it a lock.
