@@ -106,6 +106,10 @@ pub(crate) struct LockKeys {
     /// `P:{N}:ch:` — the channels that name one waiting client (a `Mutex`'s, a fair lock's)
     /// are this plus its id.
     waiter_channel_prefix: OnceLock<String>,
+    /// `P:{N}:value` — a shared value.
+    value: OnceLock<String>,
+    /// `P:{N}:value-fence` — the version of a shared value: who wrote (or removed) it last.
+    value_fence: OnceLock<String>,
 }
 
 /// `base` with `suffix` after it, in one allocation.
@@ -145,6 +149,16 @@ impl LockKeys {
     /// `P:{N}:timeouts`.
     pub(crate) fn timeouts(&self) -> &str {
         self.made(&self.timeouts, suffix::TIMEOUTS)
+    }
+
+    /// `P:{N}:value`.
+    pub(crate) fn value(&self) -> &str {
+        self.made(&self.value, suffix::VALUE)
+    }
+
+    /// `P:{N}:value-fence`.
+    pub(crate) fn value_fence(&self) -> &str {
+        self.made(&self.value_fence, suffix::VALUE_FENCE)
     }
 
     /// `P:{N}:ch:`, which the channel of one waiting client starts with.
@@ -193,6 +207,8 @@ impl LockKeys {
             queue: OnceLock::new(),
             timeouts: OnceLock::new(),
             waiter_channel_prefix: OnceLock::new(),
+            value: OnceLock::new(),
+            value_fence: OnceLock::new(),
             lock,
         })
     }

@@ -165,6 +165,36 @@ fn a_holders_write_between_an_updates_read_and_write_sends_the_update_back_to_re
 }
 
 #[test]
+fn a_hold_that_writes_nothing_between_an_updates_read_and_write_lets_it_write() {
+    let server = RedisServer::start();
+    let client = Client::open(server.url()).unwrap();
+    let value = client.shared::<u64>("read-between");
+    value.update(|n| *n = 1).unwrap();
+    let runs = AtomicUsize::new(0);
+    let out = value
+        .update(|n| {
+            if runs.fetch_add(1, Ordering::SeqCst) == 0 {
+                // Between this update's read and its write, a holder reads the value, and a
+                // `Mutex` of the same name takes the lock: neither writes.
+                let (holder, mutex) = (value.clone(), client.mutex("read-between"));
+                std::thread::spawn(move || {
+                    assert_eq!(*holder.lock().unwrap(), 1);
+                    mutex.lock().unwrap().unlock().unwrap();
+                })
+                .join()
+                .unwrap();
+            }
+            *n += 1;
+            *n
+        })
+        .unwrap();
+    // The value is still the one read: the update's one run is written.
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the update was sent back");
+    assert_eq!(out, 2);
+    assert_eq!(value.get().unwrap(), 2);
+}
+
+#[test]
 fn a_holder_whose_lease_ran_out_loses_to_an_update() {
     let server = RedisServer::start();
     let client = Client::open(server.url()).unwrap();

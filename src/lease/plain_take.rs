@@ -30,10 +30,10 @@
 //! held. Waiters keep their order.
 //!
 //! A value kept under the lock (a `Shared<T>`'s) comes with it: the same pipeline reads the
-//! value and its version after the `SET` (`Protocol::plain_payload`). Once the `SET` took the
-//! lock no holder's write lands, each being checked against the lock's token, so what they
-//! read is the latest; a read that fails (a key of the wrong type) gives the lock back at
-//! once, and the script tells the error.
+//! value after the `SET` (`Protocol::plain_payload`). Once the `SET` took the lock no
+//! holder's write lands, each being checked against the lock's token, so what it reads is the
+//! latest; a read that fails (a key of the wrong type) gives the lock back at once, and the
+//! script tells the error.
 //!
 //! Redis before 7.0 refuses `NX` with `GET` (`ERR syntax error`): the first plain take on a
 //! server sends the `SET` without the `INCR` (a probe that counts nothing on the counter), and
@@ -51,7 +51,7 @@ use redis::{ConnectionLike, Value};
 use crate::connection::{each_reply, millis, Conn, Packed, ScriptCall, ServerFeatures, SetNxGet};
 use crate::fast_hash::FxHasher;
 use crate::keys::LockKeys;
-use crate::lease::reply::{parse_version, AcquireReply};
+use crate::lease::reply::AcquireReply;
 
 /// The lowest fencing token a counter started from the server's clock gives (2^40; see
 /// `lua/fence.lua`): below it, the acquire script starts the counter.
@@ -124,9 +124,9 @@ pub(crate) struct Beside<'a> {
     pub(crate) waits: bool,
     /// A fair lock's queue, whose waiters come before a lock taken here.
     pub(crate) queue: Option<&'a str>,
-    /// The keys of a value kept under the lock and of its version (a shared value), read
-    /// after the `SET`: a lock taken comes with them, as the acquire script's reply does.
-    pub(crate) payload: Option<[String; 2]>,
+    /// The key of a value kept under the lock (a shared value), read after the `SET`: a
+    /// lock taken comes with it, as the acquire script's reply does.
+    pub(crate) payload: Option<&'a str>,
     /// How many replicas must acknowledge the writes, and how long they are waited for:
     /// `WAIT` goes in the same round trip.
     pub(crate) replicas: Option<(u32, Duration)>,
@@ -218,7 +218,7 @@ pub(crate) fn packed(
 
 /// `SET lock token NX PX lease GET` and, unless `probing`, `INCR` of the fencing counter.
 fn take_commands((keys, token, lease_ms): (&LockKeys, &str, u64), probing: bool) -> Packed {
-    // Room for the commands that go with these (a `Shared<T>`'s two `GET`s, a fair lock's
+    // Room for the commands that go with these (a `Shared<T>`'s `GET`, a fair lock's
     // `LINDEX`, a `WAIT`): growing the buffer would copy it.
     let mut packed = Packed::with_capacity(512);
     packed
@@ -261,7 +261,7 @@ fn plain(
     probing: bool,
 ) -> redis::RedisResult<(Plain, Option<i64>)> {
     let mut packed = take_commands((keys, token, lease_ms), probing);
-    for key in beside.payload.iter().flatten() {
+    if let Some(key) = beside.payload {
         packed.command_of(&[b"GET", key.as_bytes()]);
     }
     if let Some(queue) = beside.queue {
@@ -295,10 +295,10 @@ fn plain(
         true => None,
         false => replies.next(),
     };
-    // The value and its version (`Err` when a read failed: the script tells).
+    // The value (`Err` when its read failed: the script tells).
     let payload = match beside.payload {
-        None => Ok((None, (0, 0))),
-        Some(_) => payload((replies.next(), replies.next())),
+        None => Ok(None),
+        Some(_) => payload(replies.next()),
     };
     // Whether someone queues (an error reply: the script tells).
     let queued = match beside.queue.map(|_| replies.next()) {
@@ -309,9 +309,8 @@ fn plain(
         (Some(Ok(Value::Nil)), _) if queued => Plain::GiveBack,
         (Some(Ok(Value::Nil)), Some(Ok(Value::Int(fence)))) if fence >= SEEDED_FENCE => {
             match payload {
-                Ok((payload, payload_version)) => Plain::Settled(AcquireReply {
+                Ok(payload) => Plain::Settled(AcquireReply {
                     payload,
-                    payload_version,
                     ..AcquireReply::taken(fence)
                 }),
                 Err(()) => Plain::GiveBack,
@@ -328,32 +327,14 @@ fn plain(
     Ok((plain, acks))
 }
 
-/// A value kept under a lock (`None` when there is none) and its version.
-type Payload = (Option<Vec<u8>>, (u64, u64));
-
-/// A value and its version from the replies of their `GET`s, as the acquire script's reply
-/// carries them (a version that is not one counts as the oldest); `Err` when a `GET` failed
-/// (a key of the wrong type), which the script reports.
-fn payload(
-    (value, version): (
-        Option<redis::RedisResult<Value>>,
-        Option<redis::RedisResult<Value>>,
-    ),
-) -> Result<Payload, ()> {
-    let value = match value {
-        Some(Ok(Value::Nil)) => None,
-        Some(Ok(Value::BulkString(bytes))) => Some(bytes),
-        _ => return Err(()),
-    };
-    let version = match version {
-        Some(Ok(Value::Nil)) => (0, 0),
-        Some(Ok(Value::BulkString(text))) => std::str::from_utf8(&text)
-            .ok()
-            .and_then(parse_version)
-            .unwrap_or((0, 0)),
-        _ => return Err(()),
-    };
-    Ok((value, version))
+/// A value kept under a lock from the reply of its `GET` (`None` when there is none); `Err`
+/// when the `GET` failed (a key of the wrong type), which the script reports.
+fn payload(value: Option<redis::RedisResult<Value>>) -> Result<Option<Vec<u8>>, ()> {
+    match value {
+        Some(Ok(Value::Nil)) => Ok(None),
+        Some(Ok(Value::BulkString(bytes))) => Ok(Some(bytes)),
+        _ => Err(()),
+    }
 }
 
 #[cfg(test)]

@@ -135,10 +135,11 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         PlainTake::Never
     }
 
-    /// For a protocol whose acquire replies with a value kept under the lock: the keys of the
-    /// value and of its version, which a plain take reads after taking the lock, in the same
-    /// round trip. Defaults to none.
-    fn plain_payload(&self, _keys: &LockKeys) -> Option<[String; 2]> {
+    /// For a protocol whose acquire replies with a value kept under the lock: the value's
+    /// key, which a plain take reads after taking the lock, in the same round trip (its
+    /// version is not read: only a quorum's acquire compares versions, and it takes no lock
+    /// with plain commands). Defaults to none.
+    fn plain_payload<'k>(&self, _keys: &'k LockKeys) -> Option<&'k str> {
         None
     }
 

@@ -20,7 +20,7 @@ pub use guard::SharedGuard;
 
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::{suffix, LockKeys};
+use crate::keys::LockKeys;
 use crate::lease::{AcquireCall, Kind, LockContext, PlainTake, Protocol, RawLock};
 use crate::primitives::mutex::{self, taking_locks, then_name_next};
 
@@ -28,16 +28,12 @@ use crate::primitives::mutex::{self, taking_locks, then_name_next};
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| taking_locks(include_str!("shared/acquire.lua")));
 
-/// Moves the value's version on a holder's write: see `shared/version.lua`.
-const VERSION: &str = include_str!("shared/version.lua");
-
 /// Writes the value and releases: see `shared/release.lua`.
 static RELEASE_WITH: LazyLock<Script> =
-    LazyLock::new(|| then_name_next(&[VERSION, include_str!("shared/release.lua")].concat()));
+    LazyLock::new(|| then_name_next(include_str!("shared/release.lua")));
 
 /// Writes the value and keeps the lock: see `shared/commit.lua`.
-static COMMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&[VERSION, include_str!("shared/commit.lua")].concat()));
+static COMMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("shared/commit.lua")));
 
 crate::lease::scripts::listed! {
     "shared/acquire" => ACQUIRE, "shared/release" => RELEASE_WITH, "shared/commit" => COMMIT,
@@ -45,15 +41,15 @@ crate::lease::scripts::listed! {
 }
 
 /// `P:{N}:value`: where the value of lock `N` is kept, beside the lock, in its slot.
-fn value_key(keys: &LockKeys) -> String {
-    keys.beside(suffix::VALUE)
+fn value_key(keys: &LockKeys) -> &str {
+    keys.value()
 }
 
-/// `P:{N}:value-fence`: the fencing token of the holder that wrote (or removed) the value
-/// last, its version across a Redlock's instances: a quorum's acquire reads the copy with the
+/// `P:{N}:value-fence`: the version of the last write of the value (or of its removal): who
+/// wrote it. An optimistic update compares it; a quorum's acquire reads the copy with the
 /// largest.
-fn value_fence_key(keys: &LockKeys) -> String {
-    keys.beside(suffix::VALUE_FENCE)
+fn value_fence_key(keys: &LockKeys) -> &str {
+    keys.value_fence()
 }
 
 /// The version of a holder's `n`-th write of the value (from 1): `T.n`, `T` its fencing
@@ -76,7 +72,6 @@ pub(crate) fn commit_call(keys: &LockKeys, token: &str, version: &str, bytes: &[
     ScriptCall::carrying(&COMMIT, bytes.len())
         .key(&keys.lock)
         .key(value_key(keys))
-        .key(&keys.fence)
         .key(value_fence_key(keys))
         .arg(token)
         .arg(bytes)
@@ -96,7 +91,6 @@ pub(crate) fn release_with(
         .key(&keys.lock)
         .key(&keys.waiting)
         .key(value_key(keys))
-        .key(&keys.fence)
         .key(value_fence_key(keys))
         .arg(token)
         .arg(&*keys.channel)
@@ -121,14 +115,14 @@ impl Protocol for SharedProtocol {
     }
 
     /// As a `Mutex`'s: a free lock is taken with plain commands, which also read the value
-    /// and its version after the `SET` (no holder writes the value once the lock holds the
-    /// taker's token, so what they read is the latest).
+    /// after the `SET` (no holder writes the value once the lock holds the taker's token, so
+    /// what it reads is the latest).
     fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
         mutex::protocol().plain_take(call)
     }
 
-    fn plain_payload(&self, keys: &LockKeys) -> Option<[String; 2]> {
-        Some([value_key(keys), value_fence_key(keys)])
+    fn plain_payload<'k>(&self, keys: &'k LockKeys) -> Option<&'k str> {
+        Some(value_key(keys))
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -335,7 +329,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         };
         // On an error below, `inner` is dropped: the lock is released, nothing written.
         let stored = inner.take_payload();
-        let value = self.value_of(&value_key(inner.keys()), stored.as_deref())?;
+        let value = self.value_of(value_key(inner.keys()), stored.as_deref())?;
         Ok(Some(SharedGuard::new(inner, value, stored, self.codec)))
     }
 }

@@ -3,10 +3,11 @@
 //! closure on a copy, and writes the result back only if nobody wrote or took the lock in
 //! between (`update.lua`), else reads again and runs the closure again.
 //!
-//! The version is the lock's fencing counter: every acquire moves it, every holder's write
-//! moves it (`version.lua`, in the release and commit scripts), and every update moves it.
-//! So an update never overwrites a write it did not read, and a holder's write never goes
-//! under an update: while the lock is held, updates wait.
+//! The version is who wrote the value last (`P:{N}:value-fence`): every holder's write records
+//! its own (its fencing token and its count of writes, in the release and commit scripts), and
+//! every update records the next fencing token. So an update never overwrites a write it did
+//! not read, and a holder's write never goes under an update: while the lock is held, updates
+//! wait.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -29,8 +30,8 @@ use crate::waiting::{Backoff, Outage};
 pub(super) static UPDATE: LazyLock<Script> =
     LazyLock::new(|| with_fence(include_str!("update.lua")));
 
-/// The value as an update read it, in one step: its bytes, its version (the fencing counter's
-/// text, empty when there is none) and whether the lock was held.
+/// The value as an update read it, in one step: its bytes, its version (who wrote it, empty
+/// when nobody did) and whether the lock was held.
 struct Snapshot {
     bytes: Option<Vec<u8>>,
     version: String,
@@ -84,11 +85,11 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let key = value_key(keys);
         let at = ValueAt {
             route: &keys.lock,
-            value: &key,
-            version: &value_fence_key(keys),
+            value: key,
+            version: value_fence_key(keys),
         };
         let bytes = ctx.lessor.read_value(at, self.raw.doing("reading"))?;
-        self.value_of(&key, bytes.as_deref())
+        self.value_of(key, bytes.as_deref())
     }
 
     /// Changes the value without taking the lock: reads it with its version, runs `change` on
@@ -222,7 +223,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         loop {
             ctx.ensure_open()?;
             let try_began = Instant::now();
-            let tried = self.try_once(keys, &key, change);
+            let tried = self.try_once(keys, key, change);
             let delay = match tried {
                 Ok(Tried::Done(out, written)) => return Ok((out, written)),
                 Ok(Tried::Held) => {
@@ -318,8 +319,8 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         )
     }
 
-    /// Reads the value, its version and whether the lock is held, in one step (`MGET`: the
-    /// three keys share a slot).
+    /// Reads the value, its version (who wrote it) and whether the lock is held, in one step
+    /// (`MGET`: the three keys share a slot).
     fn read_versioned(&self, keys: &LockKeys, key: &str) -> Result<Snapshot> {
         let (bytes, version, holder): (Option<Vec<u8>>, Option<String>, Option<Vec<u8>>) = self
             .raw
@@ -327,7 +328,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             .call(&keys.lock, self.raw.doing("reading"), |c| {
                 redis::cmd("MGET")
                     .arg(key)
-                    .arg(&keys.fence)
+                    .arg(value_fence_key(keys))
                     .arg(&keys.lock)
                     .query(c)
             })?;
