@@ -304,6 +304,21 @@ fn bad_values_and_keys_are_typed_errors_that_write_nothing() {
         .unwrap();
     assert_eq!(kept, "v");
 
+    // The value's version (who wrote it) of the wrong type: nothing written over it.
+    let _: () = redis::cmd("RPUSH")
+        .arg("redmutex:{listed}:value-fence")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let listed = client.shared::<u64>("listed");
+    let err = listed.update(|n| *n += 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongType, "{err}");
+    let value: Option<String> = redis::cmd("GET")
+        .arg("redmutex:{listed}:value")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(value, None);
+
     let empty = client.shared::<u64>("");
     assert_eq!(empty.get().unwrap_err().kind(), ErrorKind::InvalidArgument);
     assert_eq!(

@@ -113,7 +113,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
     /// # Errors
     ///
     /// As for [`get`](Shared::get), and [`ErrorKind::WrongType`] when the fencing counter is
-    /// not an integer. Errors that may pass (a connection refused, `READONLY` during a
+    /// not an integer or the value's version (`P:{N}:value-fence`) not a string. Errors that may pass (a connection refused, `READONLY` during a
     /// failover) are tried again for the client's
     /// [outage patience](crate::Builder::outage_patience) when they cannot have written
     /// anything; an error whose outcome is unknown (a [`Timeout`](ErrorKind::Timeout) of the
