@@ -151,12 +151,13 @@ impl LockKeys {
         self.made(&self.timeouts, suffix::TIMEOUTS)
     }
 
-    /// `P:{N}:value`.
+    /// `P:{N}:value`: a `Shared<T>`'s value, beside the lock, in its slot.
     pub(crate) fn value(&self) -> &str {
         self.made(&self.value, suffix::VALUE)
     }
 
-    /// `P:{N}:value-fence`.
+    /// `P:{N}:value-fence`: the version of the value's last write (or removal), who wrote it.
+    /// An optimistic update compares it; a quorum's acquire reads the copy with the largest.
     pub(crate) fn value_fence(&self) -> &str {
         self.made(&self.value_fence, suffix::VALUE_FENCE)
     }

@@ -40,18 +40,6 @@ crate::lease::scripts::listed! {
     "shared/update" => optimistic::UPDATE,
 }
 
-/// `P:{N}:value`: where the value of lock `N` is kept, beside the lock, in its slot.
-fn value_key(keys: &LockKeys) -> &str {
-    keys.value()
-}
-
-/// `P:{N}:value-fence`: the version of the last write of the value (or of its removal): who
-/// wrote it. An optimistic update compares it; a quorum's acquire reads the copy with the
-/// largest.
-fn value_fence_key(keys: &LockKeys) -> &str {
-    keys.value_fence()
-}
-
 /// The version of a holder's `n`-th write of the value (from 1): `T.n`, `T` its fencing
 /// token. A quorum takes the copy of the largest `(T, n)`: a later holder's, or the same
 /// holder's later write. An optimistic update's is the fencing counter it moved, `T`.
@@ -71,8 +59,8 @@ pub(crate) fn version(fencing_token: u64, n: u32) -> String {
 pub(crate) fn commit_call(keys: &LockKeys, token: &str, version: &str, bytes: &[u8]) -> ScriptCall {
     ScriptCall::carrying(&COMMIT, bytes.len())
         .key(&keys.lock)
-        .key(value_key(keys))
-        .key(value_fence_key(keys))
+        .key(keys.value())
+        .key(keys.value_fence())
         .arg(token)
         .arg(bytes)
         .arg(version)
@@ -90,8 +78,8 @@ pub(crate) fn release_with(
     ScriptCall::carrying(&RELEASE_WITH, value.len())
         .key(&keys.lock)
         .key(&keys.waiting)
-        .key(value_key(keys))
-        .key(value_fence_key(keys))
+        .key(keys.value())
+        .key(keys.value_fence())
         .arg(token)
         .arg(&*keys.channel)
         .arg(value)
@@ -110,8 +98,8 @@ impl Protocol for SharedProtocol {
 
     fn acquire(&self, call: &AcquireCall<'_>) -> ScriptCall {
         mutex::acquire_call(&ACQUIRE, call)
-            .key(value_key(call.keys))
-            .key(value_fence_key(call.keys))
+            .key(call.keys.value())
+            .key(call.keys.value_fence())
     }
 
     /// As a `Mutex`'s: a free lock is taken with plain commands, which also read the value
@@ -122,7 +110,7 @@ impl Protocol for SharedProtocol {
     }
 
     fn plain_payload<'k>(&self, keys: &'k LockKeys) -> Option<&'k str> {
-        Some(value_key(keys))
+        Some(keys.value())
     }
 
     fn release(&self, keys: &LockKeys, token: &str) -> ScriptCall {
@@ -329,7 +317,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         };
         // On an error below, `inner` is dropped: the lock is released, nothing written.
         let stored = inner.take_payload();
-        let value = self.value_of(value_key(inner.keys()), stored.as_deref())?;
+        let value = self.value_of(inner.keys().value(), stored.as_deref())?;
         Ok(Some(SharedGuard::new(inner, value, stored, self.codec)))
     }
 }

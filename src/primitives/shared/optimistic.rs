@@ -16,7 +16,7 @@ use redis::Script;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{value_fence_key, value_key, Shared};
+use super::Shared;
 use crate::connection::ScriptCall;
 use crate::error::{Error, ErrorKind, Result};
 use crate::events::Updated;
@@ -82,11 +82,11 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let keys = self.raw.keys()?;
         let ctx = &self.raw.ctx;
         ctx.ensure_open()?;
-        let key = value_key(keys);
+        let key = keys.value();
         let at = ValueAt {
             route: &keys.lock,
             value: key,
-            version: value_fence_key(keys),
+            version: keys.value_fence(),
         };
         let bytes = ctx.lessor.read_value(at, self.raw.doing("reading"))?;
         self.value_of(key, bytes.as_deref())
@@ -113,9 +113,9 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
     /// # Errors
     ///
     /// As for [`get`](Shared::get), and [`ErrorKind::WrongType`] when the fencing counter is
-    /// not an integer or the value's version (`P:{N}:value-fence`) not a string. Errors that may pass (a connection refused, `READONLY` during a
-    /// failover) are tried again for the client's
-    /// [outage patience](crate::Builder::outage_patience) when they cannot have written
+    /// not an integer or the value's version (`P:{N}:value-fence`) not a string. Errors that
+    /// may pass (a connection refused, `READONLY` during a failover) are tried again for the
+    /// client's [outage patience](crate::Builder::outage_patience) when they cannot have written
     /// anything; an error whose outcome is unknown (a [`Timeout`](ErrorKind::Timeout) of the
     /// write, or its connection dropped) is returned at once: the value may or may not have
     /// been written.
@@ -213,7 +213,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
         let keys = self.raw.keys()?;
         let ctx = &self.raw.ctx;
         let config = &ctx.config;
-        let key = value_key(keys);
+        let key = keys.value();
         // Waits for a holder, and through outages: the client's backoff. After a collision
         // with another write: up to the time the try took, doubling.
         let mut waits = Backoff::new(config.backoff_base, config.backoff_cap);
@@ -328,7 +328,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             .call(&keys.lock, self.raw.doing("reading"), |c| {
                 redis::cmd("MGET")
                     .arg(key)
-                    .arg(value_fence_key(keys))
+                    .arg(keys.value_fence())
                     .arg(&keys.lock)
                     .query(c)
             })?;
@@ -352,7 +352,7 @@ impl<T: Serialize + DeserializeOwned> Shared<T> {
             .key(&keys.lock)
             .key(&keys.fence)
             .key(key)
-            .key(value_fence_key(keys))
+            .key(keys.value_fence())
             .arg(version)
             .arg(bytes);
         let doing = self.raw.doing("updating");
