@@ -172,6 +172,34 @@ fn a_dead_holders_permits_come_back_after_its_lease() {
 }
 
 #[test]
+fn counts_left_without_their_holders_are_no_ones() {
+    let server = RedisServer::start();
+    let dying = client(&server);
+    let permit = dying.semaphore("orphans", 3).acquire_many(2).unwrap();
+    std::mem::forget(permit);
+    dying.shutdown();
+    let holders = "redmutex:semaphore:{orphans}:holders";
+    let held = "redmutex:semaphore:{orphans}:held";
+    let mut conn = server.conn();
+    if !support::server_version().redis_before(7, 0) {
+        // The holders and their counts end at one instant, never a millisecond apart.
+        let ends: Vec<i64> = redis::cmd("EVAL")
+            .arg("return {redis.call('PEXPIRETIME', KEYS[1]), redis.call('PEXPIRETIME', KEYS[2])}")
+            .arg(2)
+            .arg(holders)
+            .arg(held)
+            .query(&mut conn)
+            .unwrap();
+        assert!(ends[0] > 0 && ends[0] == ends[1], "{ends:?}");
+    }
+    // The holders' key goes on its own (evicted, or deleted by hand): the counts are no one's.
+    let _: i64 = redis::cmd("DEL").arg(holders).query(&mut conn).unwrap();
+    let other = client(&server);
+    let all = other.semaphore("orphans", 3).try_acquire_many(3);
+    assert!(matches!(all, Ok(Some(_))), "{all:?}");
+}
+
+#[test]
 fn a_release_of_one_permit_wakes_one_waiter_not_all() {
     let server = RedisServer::start();
     let holder = client(&server);

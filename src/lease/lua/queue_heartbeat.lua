@@ -33,8 +33,9 @@ while i <= #ARGV do
   i = last + 1
 end
 if alive > 0 then
+  -- All end at one instant: a script's `PEXPIRE` counts from when each call runs.
   for _, key in ipairs(KEYS) do
-    redis.call('PEXPIRE', key, ttl)
+    redis.call('PEXPIREAT', key, deadline)
   end
 end
 return dropped

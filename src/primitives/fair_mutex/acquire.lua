@@ -80,7 +80,8 @@ if ARGV[4] == 'wait' then
   if redis.call('ZADD', KEYS[4], now + ttl, ARGV[1]) == 1 then
     redis.call('RPUSH', KEYS[3], ARGV[1])
   end
-  redis.call('PEXPIRE', KEYS[3], ttl)
-  redis.call('PEXPIRE', KEYS[4], ttl)
+  -- Both end at one instant: a script's `PEXPIRE` counts from when each call runs.
+  redis.call('PEXPIREAT', KEYS[3], now + ttl)
+  redis.call('PEXPIREAT', KEYS[4], now + ttl)
 end
 return {0, wait, now}

@@ -56,7 +56,7 @@ local function hand_on(lock, queue, timeouts, fence, prefix, claim_ms, popped)
     redis.call('ZADD', timeouts, expiry, head)
     for _, key in ipairs({queue, timeouts}) do
       if redis.call('PTTL', key) < expiry - now then
-        redis.call('PEXPIRE', key, expiry - now)
+        redis.call('PEXPIREAT', key, expiry)
       end
     end
     wake_waiter(prefix, head)

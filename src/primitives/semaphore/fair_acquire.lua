@@ -48,8 +48,9 @@ if ARGV[6] == 'wait' then
   end
   redis.call('HSET', KEYS[6], ARGV[1], n)
   redis.call('ZADD', KEYS[5], now + ttl, ARGV[1])
+  -- All end at one instant: a script's `PEXPIRE` counts from when each call runs.
   for i = 4, 6 do
-    redis.call('PEXPIRE', KEYS[i], ttl)
+    redis.call('PEXPIREAT', KEYS[i], now + ttl)
   end
 end
 -- Tell the waiters ahead that fit (again), in case a dead one was just dropped from ahead of

@@ -44,13 +44,15 @@ local function in_use(holders, held, now)
   end
   return used
 end
--- Keeps the holders' keys for as long as the longest lease, or removes them when empty.
+-- Keeps the holders' keys for as long as the longest lease, or removes them when empty. Both
+-- end at one instant (`PEXPIREAT`): a script's `PEXPIRE` counts from when each call runs
+-- (Redis 7.0), so the two could end a millisecond apart and leave counts without holders.
 local function keep_holders(holders, held, now)
   local last = redis.call('ZRANGE', holders, -1, -1, 'WITHSCORES')
   if last[2] then
-    local ms = math.max(tonumber(last[2]) - now, 1)
-    redis.call('PEXPIRE', holders, ms)
-    redis.call('PEXPIRE', held, ms)
+    local at = math.max(tonumber(last[2]), now + 1)
+    redis.call('PEXPIREAT', holders, at)
+    redis.call('PEXPIREAT', held, at)
   else
     redis.call('DEL', holders, held)
   end
