@@ -15,7 +15,6 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-redis.call('DEL', KEYS[1])
 local client = string.match(ARGV[1], '^[^:]+')
 if string.find(ARGV[1], ':h:', 1, true) then
   -- A hold a release handed over (waiters.lua): the list its note was left in is spent (no
@@ -34,5 +33,9 @@ else
     redis.call('ZREM', KEYS[2], client)
   end
 end
-name_next(KEYS[2], ARGV[2], KEYS[1], KEYS[3], ARGV[6])
+-- The lock is deleted unless the release wrote it for the client it named (a claim or a
+-- turn replaces the token: one call fewer per hand-off).
+if not name_next(KEYS[2], ARGV[2], KEYS[1], KEYS[3], ARGV[6]) then
+  redis.call('DEL', KEYS[1])
+end
 return 1

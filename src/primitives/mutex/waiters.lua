@@ -58,6 +58,8 @@ end
 -- Without them (a shared value's release, one over several instances, a forced one), the
 -- client named attempts; a client owed its turn (take.lua) gets the lock `lock` held for it
 -- (no lock given: it is told only).
+--
+-- Returns true when it wrote `lock` (a claim or a turn), which replaces whatever it held.
 local function name_next(waiting, channel, lock, fence, claim_ms)
   local next = redis.pcall('ZPOPMIN', waiting)
   if next['err'] then
@@ -79,12 +81,15 @@ local function name_next(waiting, channel, lock, fence, claim_ms)
           redis.call('PEXPIRE', notes, claim_ms)
         end
         announce(channel .. ':' .. client, client .. ' ' .. note)
-        return
+        return true
       end
     end
-    if lock and tonumber(next[2]) < 0 then
+    local turn = lock and tonumber(next[2]) < 0
+    if turn then
       redis.call('SET', lock, client .. ':turn', 'PX', TURN_MS)
     end
     announce(channel .. ':' .. client, client)
+    return turn
   end
+  return false
 end
