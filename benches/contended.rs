@@ -369,9 +369,11 @@ sys.stdin.read()
 
 /// Commands that only the crate's scripts run in this benchmark: counting them apart tells
 /// the commands clients sent (one per round trip) from those their scripts executed.
+#[rustfmt::skip]
 const SCRIPT_INTERNAL: &[&str] = &[
     "get", "set", "del", "incr", "pttl", "publish", "spublish", "time", "lindex", "lpop", "zscore",
     "zrem", "zadd", "rpush", "pexpire", "llen", "exists", "lrem", "type", "zpopmin", "zmscore",
+    "pexpireat",
 ];
 
 /// What Redis ran so far, from `INFO commandstats`.

@@ -33,7 +33,7 @@ fn lock_commands() -> String {
         false => "+spublish +ssubscribe +sunsubscribe",
     };
     format!(
-        "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire +time +type \
+        "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire +pexpireat +time +type \
          {pubsub} +lindex +llen +lpop +rpush +lrem +zadd +zrem +zscore +zmscore +zpopmin +hset \
          +blpop +wait"
     )
