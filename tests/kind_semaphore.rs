@@ -200,6 +200,31 @@ fn counts_left_without_their_holders_are_no_ones() {
 }
 
 #[test]
+fn a_fair_semaphore_drops_counts_left_without_their_holders() {
+    let server = RedisServer::start();
+    // A lease far past the wait below: only dropping the counts lets the waiter in.
+    let long = |url: &str| {
+        Client::builder()
+            .default_lease(Duration::from_secs(60))
+            .open(url)
+            .unwrap()
+    };
+    let dying = long(&server.url());
+    let permit = dying.fair_semaphore("orphans", 3).acquire_many(2).unwrap();
+    std::mem::forget(permit);
+    dying.shutdown();
+    let _: i64 = redis::cmd("DEL")
+        .arg("redmutex:semaphore:{orphans}:holders")
+        .query(&mut server.conn())
+        .unwrap();
+    let other = long(&server.url());
+    let all = other
+        .fair_semaphore("orphans", 3)
+        .try_acquire_many_for(3, Duration::from_secs(20));
+    assert!(matches!(all, Ok(Some(_))), "{all:?}");
+}
+
+#[test]
 fn a_release_of_one_permit_wakes_one_waiter_not_all() {
     let server = RedisServer::start();
     let holder = client(&server);

@@ -32,6 +32,12 @@ for i, token in ipairs(live) do
   end
   ahead = ahead + asks[i]
 end
+if used + ahead + n > permits and used > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
+  -- Counts without a holder (the holders' key was evicted or deleted on its own): nobody
+  -- holds a permit.
+  redis.call('DEL', KEYS[3])
+  used = 0
+end
 if used + ahead + n <= permits then
   redis.call('HSET', KEYS[3], ARGV[1], n)
   redis.call('ZADD', KEYS[2], now + lease, ARGV[1])
