@@ -13,22 +13,17 @@ local now = now_ms()
 local n = tonumber(ARGV[3])
 local permits, used, bad = room_for(KEYS[1], KEYS[2], KEYS[3], ARGV[4], n, now)
 if bad then return bad end
-local function take()
+local mine = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1
+if not mine and used + n > permits then
+  used = held_by_holders(KEYS[2], KEYS[3], used)
+end
+if mine or used + n <= permits then
   redis.call('HSET', KEYS[3], ARGV[1], n)
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[2]), ARGV[1])
   keep_holders(KEYS[2], KEYS[3], now)
   return {1, 0}
 end
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or used + n <= permits then
-  return take()
-end
 local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-if not first[2] then
-  -- Counts without a holder (the holders' key was evicted or deleted on its own): nobody
-  -- holds a permit.
-  redis.call('DEL', KEYS[3])
-  return take()
-end
 local wait = math.max(tonumber(first[2]) - now, 1)
 redis.call('SET', KEYS[4], '1', 'PX', wait + tonumber(ARGV[2]))
 return {0, wait}

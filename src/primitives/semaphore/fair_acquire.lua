@@ -32,11 +32,8 @@ for i, token in ipairs(live) do
   end
   ahead = ahead + asks[i]
 end
-if used + ahead + n > permits and used > 0 and redis.call('EXISTS', KEYS[2]) == 0 then
-  -- Counts without a holder (the holders' key was evicted or deleted on its own): nobody
-  -- holds a permit.
-  redis.call('DEL', KEYS[3])
-  used = 0
+if used + ahead + n > permits then
+  used = held_by_holders(KEYS[2], KEYS[3], used)
 end
 if used + ahead + n <= permits then
   redis.call('HSET', KEYS[3], ARGV[1], n)

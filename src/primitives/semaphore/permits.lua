@@ -44,6 +44,16 @@ local function in_use(holders, held, now)
   end
   return used
 end
+-- The permits in use, `used` as `in_use` counted them, when they would keep an acquire out: 0
+-- when their holders are gone (the holders' key evicted or deleted on its own), and the counts
+-- are dropped as nobody's. One `EXISTS`, only on that path.
+local function held_by_holders(holders, held, used)
+  if used > 0 and redis.call('EXISTS', holders) == 0 then
+    redis.call('DEL', held)
+    return 0
+  end
+  return used
+end
 -- Keeps the holders' keys for as long as the longest lease, or removes them when empty. Both
 -- end at one instant (`PEXPIREAT`): a script's `PEXPIRE` counts from when each call runs
 -- (Redis 7.0), so the two could end a millisecond apart and leave counts without holders.
