@@ -107,8 +107,10 @@ pub(crate) struct LockKeys {
     /// are this plus its id.
     waiter_channel_prefix: OnceLock<String>,
     /// `P:{N}:value` — a shared value.
+    #[cfg(feature = "serde")]
     value: OnceLock<String>,
     /// `P:{N}:value-fence` — the version of a shared value: who wrote (or removed) it last.
+    #[cfg(feature = "serde")]
     value_fence: OnceLock<String>,
 }
 
@@ -152,12 +154,14 @@ impl LockKeys {
     }
 
     /// `P:{N}:value`: a `Shared<T>`'s value, beside the lock, in its slot.
+    #[cfg(feature = "serde")]
     pub(crate) fn value(&self) -> &str {
         self.made(&self.value, suffix::VALUE)
     }
 
     /// `P:{N}:value-fence`: the version of the value's last write (or removal), who wrote it.
     /// An optimistic update compares it; a quorum's acquire reads the copy with the largest.
+    #[cfg(feature = "serde")]
     pub(crate) fn value_fence(&self) -> &str {
         self.made(&self.value_fence, suffix::VALUE_FENCE)
     }
@@ -208,7 +212,9 @@ impl LockKeys {
             queue: OnceLock::new(),
             timeouts: OnceLock::new(),
             waiter_channel_prefix: OnceLock::new(),
+            #[cfg(feature = "serde")]
             value: OnceLock::new(),
+            #[cfg(feature = "serde")]
             value_fence: OnceLock::new(),
             lock,
         })
