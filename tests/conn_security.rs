@@ -33,11 +33,16 @@ fn lock_commands() -> String {
         false => "+spublish +ssubscribe +sunsubscribe",
     };
     format!(
-        "+evalsha +script|load +get +set +del +exists +incr +pttl +pexpire +pexpireat +time +type \
-         {pubsub} +lindex +llen +lpop +rpush +lrem +zadd +zrem +zscore +zmscore +zpopmin +hset \
-         +blpop +wait"
+        "+evalsha +script|load +get +set +del +exists +incr +incrby +pttl +pexpire +pexpireat +time \
+         +type {pubsub} +lindex +llen +lpop +rpush +lrem +zadd +zrem +zscore +zmscore +zpopmin \
+         +zcard +hset +blpop +wait"
     )
 }
+
+/// What the other kinds add to [`lock_commands`], as docs/guide/tls-and-acl.md lists it: an
+/// `RwLock`, a semaphore, a `Shared<T>`, an election, and who holds what.
+const OTHER_KIND_COMMANDS: &str = "+zrange +zrangebyscore +zremrangebyscore +hget +hmget +hdel \
+     +hexists +hvals +hgetall +lrange +mget +mset +xadd +xrange +xrevrange +scan +strlen +pubsub";
 
 // ---------------------------------------------------------------------------------------
 // Log capture, for every test of this file: a logger that keeps every record at every level.
@@ -191,6 +196,15 @@ fn acl_url(server: &RedisServer, user: &str) -> String {
     format!("redis://{user}:{ACL_PASSWORD}@127.0.0.1:{}/", server.port())
 }
 
+/// The refusals that are not the crate's: what redis-rs sends on its own and whose refusal it
+/// ignores, `CLIENT SETINFO` on connect (which Redis 6.2's ACL LOG names without its
+/// subcommand) and `PUNSUBSCRIBE` when it closes a subscriber connection.
+const IGNORED_REFUSALS: [&str; 3] = [
+    "command client|setinfo",
+    "command client",
+    "command punsubscribe",
+];
+
 /// What `ACL LOG` recorded as refused: `reason object` (e.g. `command get`).
 fn acl_refusals(server: &RedisServer) -> Vec<String> {
     let entries: Vec<HashMap<String, redis::Value>> = redis::cmd("ACL")
@@ -213,7 +227,7 @@ fn acl_refusals(server: &RedisServer) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn an_acl_user_with_the_documented_commands_can_use_every_feature() {
+fn an_acl_user_with_the_documented_lock_commands_can_use_every_feature_of_a_lock() {
     capture_logs();
     let server = RedisServer::start();
     acl_user(
@@ -326,6 +340,9 @@ fn an_acl_user_with_the_documented_commands_can_use_every_feature() {
     g.unlock().unwrap();
     assert!(t.join().unwrap().unwrap());
 
+    // Threads of one client passing the lock among themselves while another client waits.
+    use_a_mutex_passed_between_threads(&client, &waiter);
+
     // Replica acknowledgements (WAIT): refused only for want of replicas.
     let acks = builder()
         .replica_acks(1, Duration::from_millis(100))
@@ -338,14 +355,9 @@ fn an_acl_user_with_the_documented_commands_can_use_every_feature() {
     // CLIENT SETINFO on connect (which Redis 6.2's ACL LOG names without its subcommand) and
     // PUNSUBSCRIBE when it closes a subscriber connection.
     let refusals = acl_refusals(&server);
-    let ignored = [
-        "command client|setinfo",
-        "command client",
-        "command punsubscribe",
-    ];
     let refused: Vec<&String> = refusals
         .iter()
-        .filter(|r| !ignored.contains(&r.as_str()))
+        .filter(|r| !IGNORED_REFUSALS.contains(&r.as_str()))
         .collect();
     assert!(refused.is_empty(), "refused: {refused:?}");
     assert_eq!(client.stats().subscriber_reconnects, 0);
@@ -976,4 +988,172 @@ fn out_of_memory_refuses_new_locks_while_held_locks_renew_and_release() {
     client.mutex("new").lock().unwrap().unlock().unwrap();
     assert!(!lock_keys_exist(&server, "new"));
     client.shutdown();
+}
+
+/// A `Mutex` whose lock passes between threads of one client while another client waits
+/// (the pass asks Redis for a block of fencing tokens).
+fn use_a_mutex_passed_between_threads(client: &Client, waiter: &Client) {
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let c = client.clone();
+            std::thread::spawn(move || {
+                for _ in 0..20 {
+                    let g = c.mutex("passed").lock().unwrap();
+                    std::thread::sleep(Duration::from_millis(1));
+                    g.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for _ in 0..10 {
+        waiter.mutex("passed").lock().unwrap().unlock().unwrap();
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// An `RwLock`: readers, then a writer of another client waiting for them.
+fn use_an_rwlock(client: &Client, waiter: &Client) {
+    let r = client.rwlock("catalog").read().unwrap();
+    let r2 = client.rwlock("catalog").read().unwrap();
+    let w = waiter.clone();
+    let writer = std::thread::spawn(move || {
+        w.rwlock("catalog")
+            .try_write_for(LIMIT)
+            .map(|g| g.map(|g| g.fencing_token()))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(r);
+    r2.unlock().unwrap();
+    assert!(writer.join().unwrap().unwrap().is_some());
+    assert!(client.rwlock("catalog").force_unlock().is_ok());
+}
+
+/// Semaphores, plain and fair: every permit held, a waiter of another client served at the
+/// release, the permits changed.
+fn use_semaphores(client: &Client, waiter: &Client) {
+    for fair in [false, true] {
+        let sem = |c: &Client| match fair {
+            false => c.semaphore("slots", 2),
+            true => c.fair_semaphore("fair-slots", 2),
+        };
+        let all = sem(client).acquire_many(2).unwrap();
+        assert_eq!(sem(client).available().unwrap(), 0);
+        let w = waiter.clone();
+        let t = std::thread::spawn(move || {
+            let s = match fair {
+                false => w.semaphore("slots", 2),
+                true => w.fair_semaphore("fair-slots", 2),
+            };
+            s.try_acquire_for(LIMIT).map(|p| p.is_some())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        all.unlock().unwrap();
+        assert!(t.join().unwrap().unwrap());
+        sem(client).set_permits(3).unwrap();
+    }
+}
+
+/// A `MultiLock`, one of whose locks another client holds for a moment.
+fn use_a_multi_lock(client: &Client, waiter: &Client) {
+    let one = waiter.mutex("left").lock().unwrap();
+    let c = client.clone();
+    let both = std::thread::spawn(move || {
+        c.multi_lock(["left", "right"])
+            .try_lock_for(LIMIT)
+            .map(|g| g.map(|g| g.unlock()))
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    one.unlock().unwrap();
+    assert!(both.join().unwrap().unwrap().is_some());
+}
+
+/// A `Shared<T>`: locked, checkpointed, written back; read and updated without the lock;
+/// removed.
+fn use_a_shared_value(client: &Client, waiter: &Client) {
+    let stock = client.shared::<u64>("stock");
+    {
+        let mut left = stock.lock().unwrap();
+        *left = 5;
+        left.commit().unwrap();
+        *left = 4;
+    }
+    assert_eq!(waiter.shared::<u64>("stock").get().unwrap(), 4);
+    let sold = waiter
+        .shared::<u64>("stock")
+        .update_for(LIMIT, |left| {
+            *left -= 1;
+            true
+        })
+        .unwrap();
+    assert!(sold);
+    stock.lock().unwrap().remove().unwrap();
+}
+
+/// An election: a leader, a candidate of another client waiting for it, an observer.
+fn use_an_election(client: &Client, waiter: &Client) {
+    let mut observer = waiter.election("jobs").observe().unwrap();
+    let mut leadership = client.election("jobs").campaign("a").unwrap();
+    leadership.proclaim("a2").unwrap();
+    let w = waiter.clone();
+    let next = std::thread::spawn(move || {
+        w.election("jobs")
+            .campaign_for(LIMIT, "b")
+            .map(|l| l.map(|l| l.resign()))
+    });
+    assert!(client.election("jobs").leader().unwrap().is_some());
+    std::thread::sleep(Duration::from_millis(200));
+    leadership.resign().unwrap();
+    assert!(next.join().unwrap().unwrap().is_some());
+    assert!(observer.recv_timeout(LIMIT).unwrap().is_some());
+}
+
+/// Who holds what: the names in use, and what one lock's keys show.
+fn use_who_holds_what(client: &Client, _waiter: &Client) {
+    let held = client.mutex("inspected").lock().unwrap();
+    assert!(!client.lock_names("*").unwrap().is_empty());
+    assert!(client.lock_info("inspected").unwrap().holder.is_some());
+    held.unlock().unwrap();
+}
+
+/// Uses one kind through the first client, with the second waiting for it.
+type UseKind = fn(&Client, &Client);
+
+/// Every kind but the locks (which the test of the lock commands uses), each through `client`
+/// while `waiter` waits for it, so that each kind's contended path and wake-up run too.
+const OTHER_KINDS: [(&str, UseKind); 6] = [
+    ("rwlock", use_an_rwlock),
+    ("semaphores", use_semaphores),
+    ("multi_lock", use_a_multi_lock),
+    ("shared", use_a_shared_value),
+    ("election", use_an_election),
+    ("who holds what", use_who_holds_what),
+];
+
+#[test]
+fn an_acl_user_with_the_documented_commands_can_use_every_kind() {
+    let server = RedisServer::start();
+    acl_user(
+        &server,
+        "every-kind",
+        &format!(
+            "~redmutex:* &redmutex:* {} {OTHER_KIND_COMMANDS}",
+            lock_commands()
+        ),
+    );
+    let url = acl_url(&server, "every-kind");
+    let open = || builder().open(url.as_str()).unwrap();
+    let (client, waiter) = (open(), open());
+    for (kind, use_it) in OTHER_KINDS {
+        use_it(&client, &waiter);
+        let refusals = acl_refusals(&server);
+        let refused: Vec<&String> = refusals
+            .iter()
+            .filter(|r| !IGNORED_REFUSALS.contains(&r.as_str()))
+            .collect();
+        assert!(refused.is_empty(), "{kind}: refused {refused:?}");
+    }
+    client.shutdown();
+    waiter.shutdown();
 }
