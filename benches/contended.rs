@@ -28,6 +28,13 @@
 //!    (p50/p99/p99.9), Jain's index over the threads and over the processes, the ratio of
 //!    16 x 4 to 4 x 2 within each round, and the share of the machine's CPU time that other
 //!    guests of the host took while those two ran.
+//! 5. Over a network: the 4 x 1 shape of section 3, and 2 x 1 (two processes taking turns),
+//!    with a `Mutex` and a `FairMutex`, their clients reaching Redis through a proxy that
+//!    delays every byte 250 us each way, beside its floor: a bare token in a Redis list,
+//!    taken with `BLPOP` and given back with `LPUSH` by the same processes through the same
+//!    proxy (two one-way messages per hand-off and no lock's work), interleaved within each
+//!    round. Reports the figures of section 3 and the `Mutex`'s hand-offs per second against
+//!    each other's within each round.
 //!
 //! `cargo bench --bench contended` measures and writes
 //! `target/bench-results/contended.json`; `cargo test --benches` runs a short smoke version.
@@ -59,6 +66,10 @@ enum Contender {
     FairMutex,
     /// redis-py's `Lock` on its defaults, in Python processes.
     RedisPy,
+    /// No lock: one token in a Redis list, taken with `BLPOP` and given back with `LPUSH`, the
+    /// fewest messages a hand-off through Redis can cost (one one-way message to Redis, one
+    /// from it), with none of a lock's safety: the floor of a shape.
+    Token,
 }
 
 impl Contender {
@@ -69,6 +80,7 @@ impl Contender {
             Contender::Mutex => "mutex",
             Contender::FairMutex => "fair_mutex",
             Contender::RedisPy => "redis_py",
+            Contender::Token => "token",
         }
     }
 
@@ -78,6 +90,7 @@ impl Contender {
             Contender::Mutex => "",
             Contender::FairMutex => "-fair",
             Contender::RedisPy => "-py",
+            Contender::Token => "-token",
         }
     }
 
@@ -86,6 +99,7 @@ impl Contender {
             Contender::Mutex => "Mutex",
             Contender::FairMutex => "FairMutex",
             Contender::RedisPy => "redis-py",
+            Contender::Token => "bare token",
         }
     }
 }
@@ -118,6 +132,8 @@ struct Mode {
     idle_many_processes: usize,
     /// Processes x threads of the runs beside redis-py.
     peer_shapes: [(usize, usize); 2],
+    /// Processes x threads of the runs over a network.
+    network_shapes: &'static [(usize, usize)],
     /// The numbers of processes of the growth section, their threads each, and the shape it
     /// is compared with.
     growth_processes: &'static [usize],
@@ -161,6 +177,7 @@ fn mode_defaults() -> Mode {
             idle_settle: Duration::from_secs(11),
             idle_many_processes: 64,
             peer_shapes: [(4, 2), (4, 1)],
+            network_shapes: &[(4, 1), (2, 1)],
             growth_processes: &[1, 2, 4, 8, 16],
             growth_threads: 4,
             growth_reference: (4, 2),
@@ -181,6 +198,7 @@ fn mode_defaults() -> Mode {
             idle_settle: Duration::ZERO,
             idle_many_processes: 4,
             peer_shapes: [(2, 2), (2, 1)],
+            network_shapes: &[(2, 1)],
             growth_processes: &[1, 2],
             growth_threads: 2,
             growth_reference: (2, 1),
@@ -206,73 +224,125 @@ const HOLD: Duration = Duration::from_micros(200);
 /// lock) to be made, so that the run counts what acquisitions cost, not what starting costs.
 const WARM_UP: Duration = Duration::from_millis(800);
 
-/// Takes the lock `name` once and holds it for `hold`; returns when it was asked for and
-/// acquired, and the middle of its release.
-fn take_once(client: &Client, fair: bool, name: &str, hold: Duration) -> (u64, u64, u64) {
-    let asked = now_ns();
-    let guard = if fair {
-        client.fair_mutex(name).lock()
-    } else {
-        client.mutex(name).lock()
+/// What one thread of a worker takes: a lock of the crate, or the bare token.
+enum Taker {
+    Lock { client: Client, fair: bool },
+    Token(redis::Connection),
+}
+
+/// How long a thread waits for the bare token before it gives up: a hand-off takes about a
+/// millisecond even over the network.
+const TOKEN_DEADLINE_S: f64 = 10.0;
+
+impl Taker {
+    /// Takes `name` once and holds it for `hold`; returns when it was asked for and
+    /// acquired, and the middle of its release.
+    fn take_once(&mut self, name: &str, hold: Duration) -> (u64, u64, u64) {
+        let asked = now_ns();
+        match self {
+            Taker::Lock { client, fair } => {
+                let guard = if *fair {
+                    client.fair_mutex(name).lock()
+                } else {
+                    client.mutex(name).lock()
+                }
+                .expect("lock");
+                let acquired = now_ns();
+                let release_start = held(hold);
+                guard.unlock().expect("unlock");
+                (asked, acquired, released(release_start))
+            }
+            Taker::Token(conn) => {
+                let popped: Option<(String, String)> = redis::cmd("BLPOP")
+                    .arg(name)
+                    .arg(TOKEN_DEADLINE_S)
+                    .query(conn)
+                    .expect("take the token");
+                let (_, token) = popped.expect("the token came back within its deadline");
+                let acquired = now_ns();
+                let release_start = held(hold);
+                let _: () = redis::cmd("LPUSH")
+                    .arg(name)
+                    .arg(token)
+                    .query(conn)
+                    .expect("give the token back");
+                (asked, acquired, released(release_start))
+            }
+        }
     }
-    .expect("lock");
-    let acquired = now_ns();
+}
+
+/// Holds for `hold`, then returns when the release starts.
+fn held(hold: Duration) -> u64 {
     // A brief critical section that waits on I/O, as most do: it leaves the CPU to others (a
     // busy loop here would measure the 2-core machine). None at all for an empty one.
     if !hold.is_zero() {
         std::thread::sleep(hold);
     }
-    let release_start = now_ns();
-    guard.unlock().expect("unlock");
-    // The lock became free in Redis during the release call: take its middle.
-    let released = release_start + (now_ns() - release_start) / 2;
-    (asked, acquired, released)
+    now_ns()
 }
 
-/// A worker process (arguments: URL, `fair` or `plain`, threads, run in ms, worker id, lock
-/// name, hold in us): `threads` threads take the lock for the warm-up, then the process prints
-/// `READY` and waits for a line on its input; then the threads take the lock until `run` is
-/// over, and the process prints one line per acquisition: `EV <thread> <asked_ns>
-/// <acquired_ns> <released_ns>`, then the client's acquire attempts and acquisitions during
-/// the run, and of those the locks handed over by a release or passed on within the client,
-/// both without an attempt: `ST <attempts> <acquisitions> <without an attempt>`, its CPU
-/// time during the run in seconds (`CPU <seconds>`), then `END`; it exits when its input
-/// closes.
+/// The middle of a release call that started at `release_start` and has just returned: when
+/// the lock became free in Redis.
+fn released(release_start: u64) -> u64 {
+    release_start + (now_ns() - release_start) / 2
+}
+
+/// A worker process (arguments: URL, `fair`, `plain` or `token`, threads, run in ms, worker
+/// id, lock name, hold in us): `threads` threads take the lock for the warm-up, then the
+/// process prints `READY` and waits for a line on its input; then the threads take the lock
+/// until `run` is over, and the process prints one line per acquisition: `EV <thread>
+/// <asked_ns> <acquired_ns> <released_ns>`, then (for a lock of the crate) the client's
+/// acquire attempts and acquisitions during the run, and of those the locks handed over by a
+/// release or passed on within the client, both without an attempt: `ST <attempts>
+/// <acquisitions> <without an attempt>`, its CPU time during the run in seconds (`CPU
+/// <seconds>`), then `END`; it exits when its input closes.
 fn worker(args: &[String]) {
     let url = &args[0];
-    let fair = args[1] == "fair";
+    let kind = args[1].as_str();
     let threads: usize = args[2].parse().expect("threads");
     let run = Duration::from_millis(args[3].parse().expect("run ms"));
     let id: usize = args[4].parse().expect("worker id");
     let name: Arc<str> = Arc::from(args[5].as_str());
     let hold = Duration::from_micros(args[6].parse().expect("hold us"));
-    let client = Client::open(url.as_str()).expect("client");
+    let client = (kind != "token").then(|| Client::open(url.as_str()).expect("client"));
     let (warmed, go) = (
         Arc::new(Barrier::new(threads + 1)),
         Arc::new(Barrier::new(threads + 1)),
     );
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            let (client, warmed, go) = (client.clone(), Arc::clone(&warmed), Arc::clone(&go));
+            let mut taker = match &client {
+                Some(client) => Taker::Lock {
+                    client: client.clone(),
+                    fair: kind == "fair",
+                },
+                None => Taker::Token(
+                    redis::Client::open(url.as_str())
+                        .and_then(|c| c.get_connection())
+                        .expect("a connection for the token"),
+                ),
+            };
+            let (warmed, go) = (Arc::clone(&warmed), Arc::clone(&go));
             let name = Arc::clone(&name);
             std::thread::spawn(move || {
                 let warm_up = Instant::now();
                 while warm_up.elapsed() < WARM_UP {
-                    take_once(&client, fair, &name, hold);
+                    taker.take_once(&name, hold);
                 }
                 warmed.wait();
                 go.wait();
                 let start = Instant::now();
                 let mut events = Vec::new();
                 while start.elapsed() < run {
-                    events.push(take_once(&client, fair, &name, hold));
+                    events.push(taker.take_once(&name, hold));
                 }
                 (t, events)
             })
         })
         .collect();
     warmed.wait();
-    let before = client.stats();
+    let before = client.as_ref().map(Client::stats);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let _ = writeln!(out, "READY");
@@ -292,14 +362,16 @@ fn worker(args: &[String]) {
             let _ = writeln!(out, "EV {} {asked} {acquired} {released}", id * 1000 + t);
         }
     }
-    let stats = client.stats();
-    let _ = writeln!(
-        out,
-        "ST {} {} {}",
-        stats.attempts - before.attempts,
-        stats.acquisitions - before.acquisitions,
-        (stats.handed_over + stats.passed_on) - (before.handed_over + before.passed_on)
-    );
+    if let (Some(client), Some(before)) = (&client, before) {
+        let stats = client.stats();
+        let _ = writeln!(
+            out,
+            "ST {} {} {}",
+            stats.attempts - before.attempts,
+            stats.acquisitions - before.acquisitions,
+            (stats.handed_over + stats.passed_on) - (before.handed_over + before.passed_on)
+        );
+    }
     let _ = writeln!(out, "CPU {cpu}");
     let _ = writeln!(out, "END");
     let _ = out.flush();
@@ -579,6 +651,15 @@ fn handoff_round(
     contender: Contender,
 ) -> HandoffResult {
     let exe = std::env::current_exe().expect("bench binary");
+    if contender == Contender::Token {
+        let mut conn = server.conn();
+        let _: () = redis::pipe()
+            .del(load.name)
+            .rpush(load.name, "token")
+            .ignore()
+            .query(&mut conn)
+            .expect("lay the token down");
+    }
     let mut children: Vec<_> = (0..load.processes)
         .map(|id| {
             let mut command = match contender {
@@ -589,20 +670,19 @@ fn handoff_round(
                         .env("PYTHONPATH", support::python::redis_py());
                     c
                 }
-                Contender::Mutex | Contender::FairMutex => {
+                Contender::Mutex | Contender::FairMutex | Contender::Token => {
                     let mut c = Command::new(&exe);
                     c.arg("worker");
                     c
                 }
             };
             command.arg(url);
-            if contender != Contender::RedisPy {
-                command.arg(if contender == Contender::FairMutex {
-                    "fair"
-                } else {
-                    "plain"
-                });
-            }
+            match contender {
+                Contender::Mutex => command.arg("plain"),
+                Contender::FairMutex => command.arg("fair"),
+                Contender::Token => command.arg("token"),
+                Contender::RedisPy => &mut command,
+            };
             command
                 .arg(load.threads.to_string())
                 .arg(load.run.as_millis().to_string())
@@ -1299,11 +1379,13 @@ fn peers_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, Stri
 /// How late a byte arrives over the network of section 5, each way.
 const NETWORK_ONE_WAY: Duration = Duration::from_micros(250);
 
-/// Section 5: the last shape of `mode.peer_shapes` (4 x 1) with a `Mutex` and a `FairMutex`
-/// whose clients reach Redis over a network ([`LatencyProxy`]: every byte arrives
+/// Section 5: the shapes of `mode.network_shapes` (4 x 1, the last shape beside redis-py, and
+/// 2 x 1: two processes taking turns) with a `Mutex`, a `FairMutex` and the bare token (the
+/// floor), whose clients reach Redis over a network ([`LatencyProxy`]: every byte arrives
 /// [`NETWORK_ONE_WAY`] late each way), interleaved within each round; beside a PING round
-/// trip through it. On loopback a wake-up costs what a round trip does, and a hand-off's
-/// messages hardly show; here each round trip and each one-way message of a hand-off does.
+/// trip through it. On loopback a wake-up costs what a round trip does,
+/// and a hand-off's messages hardly show; here each round trip and each one-way message of a
+/// hand-off does.
 fn network_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, String)>) {
     let proxy = LatencyProxy::start(server.port(), NETWORK_ONE_WAY);
     let url = proxy.url();
@@ -1312,26 +1394,36 @@ fn network_section(server: &RedisServer, mode: &Mode, json: &mut Vec<(String, St
         .get_connection()
         .expect("connection through the proxy");
     let ping = median_ping(&mut conn, 200, Duration::ZERO);
-    let (processes, threads) = mode.peer_shapes[1];
-    println!(
-        "over a network of {NETWORK_ONE_WAY:?} each way (a PING round trip {:.0} us): \
-         {processes} processes x {threads} threads, empty critical section, {} rounds of {:?}",
-        ping.as_secs_f64() * 1e6,
-        mode.rounds,
-        mode.peer_run
-    );
-    let contenders = [Contender::Mutex, Contender::FairMutex];
-    let shape = (processes, threads);
-    let shape = compare_contenders(server, (&url, "network"), mode, shape, &contenders);
+    let contenders = [Contender::Mutex, Contender::FairMutex, Contender::Token];
+    let mut shapes = Vec::new();
+    for &(processes, threads) in mode.network_shapes {
+        println!(
+            "over a network of {NETWORK_ONE_WAY:?} each way (a PING round trip {:.0} us): \
+             {processes} processes x {threads} threads, empty critical section, {} rounds of \
+             {:?}",
+            ping.as_secs_f64() * 1e6,
+            mode.rounds,
+            mode.peer_run
+        );
+        let shape = (processes, threads);
+        shapes.push(compare_contenders(
+            server,
+            (&url, "network"),
+            mode,
+            shape,
+            &contenders,
+        ));
+    }
     json.push((
         "network".to_owned(),
         format!(
             "{{\n    \"one_way_us\": {},\n    \"ping_us\": {:.1},\n    \"run_ms\": {},\n    \
-             \"rounds\": {},\n{shape}\n  }}",
+             \"rounds\": {},\n{}\n  }}",
             NETWORK_ONE_WAY.as_micros(),
             ping.as_secs_f64() * 1e6,
             mode.peer_run.as_millis(),
             mode.rounds,
+            shapes.join(",\n"),
         ),
     ));
 }
