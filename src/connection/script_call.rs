@@ -171,6 +171,44 @@ impl ScriptCall {
         Ok((redis::from_redis_value(reply)?, acks))
     }
 
+    /// Runs the call and, behind it in the same round trip, `BLPOP key timeout` (which Redis
+    /// reads in seconds with decimals): the call's reply, and the value the pop took (`None`
+    /// when none came in time), or the error Redis gave the pop.
+    pub(crate) fn invoke_then_pop<T: redis::FromRedisValue>(
+        &self,
+        c: &mut Conn,
+        key: &str,
+        timeout: Duration,
+    ) -> redis::RedisResult<(T, redis::RedisResult<Option<String>>)> {
+        let (mut packed, before) = self.packed_call(c);
+        let seconds = format!("{:.3}", timeout.as_secs_f64());
+        packed.command_of(&[b"BLPOP", key.as_bytes(), seconds.as_bytes()]);
+        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
+        if replies.get(before).is_some_and(is_noscript) {
+            // Redis lost its scripts: load this one, and send both once more.
+            self.script.load(c)?;
+            replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
+        }
+        let mut replies = replies.into_iter().skip(before);
+        let (Some(reply), Some(popped)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a script call and BLPOP got fewer than two replies",
+            )));
+        };
+        if let Value::ServerError(e) = reply {
+            return Err(e.into());
+        }
+        c.saw_script(self.script.get_hash());
+        let popped = match popped {
+            Value::ServerError(e) => Err(e.into()),
+            popped => redis::from_redis_value::<Option<(String, String)>>(popped)
+                .map(|popped| popped.map(|(_, value)| value))
+                .map_err(redis::RedisError::from),
+        };
+        Ok((redis::from_redis_value(reply)?, popped))
+    }
+
     /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply (never
     /// behind a `TIME`: one reply is read for it).
     pub(crate) fn packed(&self) -> Vec<u8> {

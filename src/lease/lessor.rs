@@ -75,14 +75,27 @@ pub(crate) enum Attempted {
         payload: Option<Vec<u8>>,
     },
     /// Held by someone else: how long to wait at most before trying again, whether the
-    /// holder announces its release, the server's clock of the attempt, when known, and the
-    /// score of a place the attempt made while the caller's own client held.
+    /// holder announces its release, the server's clock of the attempt, when known, the
+    /// score of a place the attempt made while the caller's own client held, and what a pop
+    /// behind the attempt gave (see `AcquireCall::pop`).
     Held {
         wait: Duration,
         release: Release,
         contact: Option<Contact>,
         own_place: Option<u64>,
+        popped: Popped,
     },
+}
+
+/// What a blocking pop behind an attempt gave (see `AcquireCall::pop`).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Popped {
+    /// None was asked for, none came in time, or the pop failed.
+    Nothing,
+    /// The note of a lock a release handed to the client.
+    Note(String),
+    /// Redis refused the pop (an ACL user without `+blpop`): its error.
+    Refused(String),
 }
 
 /// Where the holds of a client (or of a Redlock) live, and how each operation on a hold is

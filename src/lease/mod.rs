@@ -5,6 +5,7 @@
 
 mod at_shutdown;
 mod cleanup;
+mod contended;
 mod context;
 mod guard;
 mod hold;

@@ -107,6 +107,12 @@ pub(crate) struct AcquireCall<'a> {
     /// Contend style: a release handed this client the lock since its last acquire (the lock
     /// passes between clients): it is likely held by another one now.
     pub(crate) likely_held: bool,
+    /// Contend style, where releases leave the client a note in a list (a `Mutex` on one
+    /// deployment): that list, and how long a blocking pop behind the attempt waits on it
+    /// in the same round trip for the note of a lock handed to the client. The script marks
+    /// an attempt that leaves the client no place to be named from, so that the pop returns
+    /// at once (`mutex/acquire.lua`).
+    pub(crate) pop: Option<(&'a str, Duration)>,
 }
 
 impl AcquireCall<'_> {

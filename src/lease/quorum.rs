@@ -16,7 +16,9 @@ use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::keys::LockKeys;
 use crate::lease::cleanup::CleanUpLater;
 use crate::lease::context::{Handle, LockContext};
-use crate::lease::lessor::{Attempted, Attempting, HoldCall, Lessor, Renewing, Site, ValueAt};
+use crate::lease::lessor::{
+    Attempted, Attempting, HoldCall, Lessor, Popped, Renewing, Site, ValueAt,
+};
 use crate::lease::plain_take::{self, SeededCounters};
 use crate::lease::protocol::PlainTake;
 use crate::lease::reply::{self, AcquireReply};
@@ -445,6 +447,7 @@ impl Quorum {
             release: Release::Announced,
             contact: None,
             own_place: None,
+            popped: Popped::Nothing,
         })
     }
 

@@ -18,7 +18,7 @@ use crate::lease::cleanup::{CleanUpLater, Cleanup};
 use crate::lease::context::{Handle, LockContext};
 use crate::lease::guard::LeaseGuard;
 use crate::lease::hold::{HandOff, Hold, LeaseTerms};
-use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Site};
+use crate::lease::lessor::{Attempted, Attempting, Contact, HoldCall, Popped, Site};
 use crate::lease::protocol::{AcquireCall, Protocol, WaitStyle, HAND_OFF_CLAIM};
 use crate::lease::reentrancy;
 use crate::lease::renewal::{LeaseLength, Registration};
@@ -54,6 +54,8 @@ struct Told {
     /// the lock (0: none): the release of the hold the waiter then takes gives it up
     /// (`mutex/take.lua`).
     own_place: Cell<u64>,
+    /// The note a pop behind an attempt took out (see [`Turn::pop`]), not delivered yet.
+    popped: Cell<Option<String>>,
 }
 
 impl Told {
@@ -417,8 +419,10 @@ impl RawLock {
             false => None,
             true => {
                 let begun = coming.as_ref().map_or(HoldsBegun::default(), |c| c.begun);
+                // A pop behind the attempt for a thread that comes alone (see `first_pop`).
+                let pop_until = coming.as_ref().is_some_and(|c| c.alone).then_some(deadline);
                 let first = (keys, lease, token, may_wait);
-                match self.first_attempt(first, (&channel, &filter), begun, &told)? {
+                match self.first_attempt(first, (&channel, &filter), (begun, pop_until), &told)? {
                     ControlFlow::Break(won) => return Ok(won),
                     ControlFlow::Continue(early) => early,
                 }
@@ -447,12 +451,15 @@ impl RawLock {
     /// The first attempt of a contending acquire, outside the gate, listening already when
     /// the client's subscription to `channel` is live: `Break` with what it won (a guard, or
     /// nothing for a caller that does not wait), else what a leader that comes straight from
-    /// it need not attempt again.
+    /// it need not attempt again. `pop_until`: given to a thread that comes alone, with the
+    /// acquire's deadline: a pop behind the attempt may wait for the client's note (see
+    /// [`waiting::first_pop`]); a note it took out goes to the subscription, whose leader
+    /// takes it.
     fn first_attempt(
         &self,
         (keys, lease, token, may_wait): (&Arc<LockKeys>, Duration, &Arc<str>, bool),
         (channel, filter): (&Arc<str>, &Option<Arc<str>>),
-        begun: HoldsBegun,
+        (begun, pop_until): (HoldsBegun, Option<Option<Instant>>),
         told: &Told,
     ) -> Result<ControlFlow<Option<LeaseGuard>, Option<Early>>> {
         let ctx = &self.ctx;
@@ -469,8 +476,15 @@ impl RawLock {
         // take a claim). Not listening yet, the first attempt only tries; the leader's attempt
         // after subscribing places the client.
         let places = may_wait && (filter.is_none() || live.is_some());
+        let pop = match (&live, pop_until) {
+            (Some(live), Some(deadline)) if places && !ctx.pop_refused.load(Ordering::Relaxed) => {
+                waiting::first_pop(&ctx.config, deadline, live)
+            }
+            _ => None,
+        };
         let turn = Turn {
             likely_held: live.as_ref().is_some_and(Subscription::named_before),
+            pop,
             ..Turn::default()
         };
         let first = (places, turn, true);
@@ -481,6 +495,9 @@ impl RawLock {
                 ControlFlow::Break(None)
             }
             Attempt::Held(remaining, release) => {
+                if let (Some(note), Some(live)) = (told.popped.take(), &live) {
+                    live.deliver_note(&note);
+                }
                 ControlFlow::Continue(live.map(|subscription| Early {
                     subscription,
                     seen,
@@ -517,20 +534,27 @@ impl RawLock {
                 .query::<Option<(String, String)>>(c)
         });
         match popped {
-            Ok(popped) => popped.map(|(_, note)| note),
+            // An empty value is an attempt's mark (`mutex/acquire.lua`), not a note.
+            Ok(popped) => popped.map(|(_, note)| note).filter(|note| !note.is_empty()),
             Err(e) if e.kind() == ErrorKind::Auth => {
-                if !ctx.pop_refused.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "redmutex: {e}; waiters are woken through the subscriber thread alone \
-                         (the ACL user needs +blpop)"
-                    );
-                }
+                self.refuse_pops(&e);
                 None
             }
             Err(e) => {
                 log::debug!("redmutex: {e}");
                 None
             }
+        }
+    }
+
+    /// Redis refused a blocking pop (`e`): no waiter of the client pops again, and the first
+    /// refusal is told.
+    fn refuse_pops(&self, e: &dyn std::fmt::Display) {
+        if !self.ctx.pop_refused.swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "redmutex: {e}; waiters are woken through the subscriber thread alone (the \
+                 ACL user needs +blpop)"
+            );
         }
     }
 
@@ -723,6 +747,9 @@ impl RawLock {
     ) -> Result<Attempt<LeaseGuard>> {
         let ctx = &self.ctx;
         ctx.ensure_open()?;
+        let notes = turn
+            .pop
+            .and_then(|timeout| Some((self.notes_key(keys, ctx.tokens.client_uuid())?, timeout)));
         let call = AcquireCall {
             keys,
             token,
@@ -737,6 +764,9 @@ impl RawLock {
             recheck: turn.recheck,
             claim: turn.claim,
             likely_held: turn.likely_held,
+            pop: notes
+                .as_ref()
+                .map(|(key, timeout)| (key.as_str(), *timeout)),
         };
         let attempting = Attempting {
             protocol: self.protocol,
@@ -765,9 +795,17 @@ impl RawLock {
                 release,
                 contact,
                 own_place,
+                popped,
             } => {
                 if let Some(told) = told {
                     told.heard(contact, own_place);
+                }
+                match popped {
+                    Popped::Note(note) => {
+                        told.iter().for_each(|t| t.popped.set(Some(note.clone())))
+                    }
+                    Popped::Refused(e) => self.refuse_pops(&e),
+                    Popped::Nothing => {}
                 }
                 Ok(Attempt::Held(wait, release))
             }

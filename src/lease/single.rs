@@ -13,8 +13,9 @@ use crate::connection::{AckRule, Acked, Conn, Connections, OnReply, Routed, Scri
 use crate::error::{Doing, Error, ErrorKind, Result};
 use crate::identity::Identity;
 use crate::lease::cleanup::{CleanUpLater, Cleanup};
+use crate::lease::contended::ContendedLocks;
 use crate::lease::lessor::{
-    Attempted, Attempting, Contact, HoldCall, Lessor, Renewing, Site, ValueAt,
+    Attempted, Attempting, Contact, HoldCall, Lessor, Popped, Renewing, Site, ValueAt,
 };
 use crate::lease::plain_take::{self, SeededCounters};
 use crate::lease::protocol::PlainTake;
@@ -22,6 +23,10 @@ use crate::lease::renewal::BATCH_SIZE;
 use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::reply::AcquireReply;
 use crate::waiting::Release;
+
+/// What one attempt's round trip got: the script's (or plain commands') reply, the replica
+/// acknowledgements of a lock taken as (got, asked), and what a pop behind it gave.
+type SentAttempt = (AcquireReply, Option<(i64, u32)>, Popped);
 
 /// A client's one deployment, as the lease stack's lessor.
 pub(crate) struct Single {
@@ -32,6 +37,8 @@ pub(crate) struct Single {
     response_timeout: Duration,
     /// The fencing counters this client saw started: the locks it may take plainly.
     seeded: SeededCounters,
+    /// The locks a first attempt found held lately: their first attempts send the script.
+    contended: ContendedLocks,
     /// Who the client is, announced while its renewal thread runs.
     identity: Identity,
 }
@@ -48,6 +55,7 @@ impl Single {
             acks,
             response_timeout,
             seeded: SeededCounters::new(),
+            contended: ContendedLocks::new(),
             identity,
         }
     }
@@ -67,28 +75,51 @@ impl Single {
     /// The round trip of one attempt on connection `c`: plain commands when `plainly` (`took`
     /// is set if they left the lock holding the token), else the script; with `WAIT` in the
     /// same round trip when replicas must hold the lease (the acknowledgements, as (got,
-    /// asked), of a lock taken).
+    /// asked), of a lock taken), or else, when `popping`, the call's pop behind the script
+    /// (what it gave).
     fn send_attempt(
         &self,
         c: &mut Conn,
         a: &Attempting<'_>,
         script: &LazyCell<ScriptCall, impl FnOnce() -> ScriptCall>,
-        plainly: bool,
+        (plainly, popping): (bool, bool),
         took: &Cell<bool>,
-    ) -> redis::RedisResult<(AcquireReply, Option<(i64, u32)>)> {
+    ) -> redis::RedisResult<SentAttempt> {
         let asked = self.replicas_to_ask(LeaseWrite::Acquire, c)?;
+        let popped = Cell::new(Popped::Nothing);
         let by_script = |c: &mut Conn| -> redis::RedisResult<plain_take::Acknowledged> {
-            match asked {
-                Some((replicas, timeout)) => {
+            match (asked, a.call.pop.filter(|_| popping)) {
+                (Some((replicas, timeout)), _) => {
                     let (reply, got) = script.invoke_and_wait(c, replicas, timeout)?;
                     Ok((reply, Some(got)))
                 }
-                None => Ok((script.invoke(c)?, None)),
+                (None, Some((notes, timeout))) => {
+                    let (reply, pop) = script.invoke_then_pop(c, notes, timeout)?;
+                    popped.set(match pop {
+                        // The script's mark: no note is coming.
+                        Ok(Some(note)) if note.is_empty() => Popped::Nothing,
+                        Ok(Some(note)) => Popped::Note(note),
+                        Ok(None) => Popped::Nothing,
+                        Err(e) if e.code() == Some("NOPERM") => Popped::Refused(e.to_string()),
+                        Err(e) => {
+                            log::debug!("redmutex: {e}");
+                            Popped::Nothing
+                        }
+                    });
+                    Ok((reply, None))
+                }
+                (None, None) => Ok((script.invoke(c)?, None)),
             }
         };
+        // Set when the plain commands could not settle the attempt (the lock was held).
+        let unsettled = Cell::new(false);
         let (reply, got) = match plainly {
             false => by_script(c)?,
             true => {
+                let by_script = |c: &mut Conn| {
+                    unsettled.set(true);
+                    by_script(c)
+                };
                 let (call, protocol) = (a.call, a.protocol);
                 let (keys, token) = (call.keys, call.token);
                 let beside = plain_take::Beside {
@@ -107,11 +138,14 @@ impl Single {
                 )?
             }
         };
+        if a.first && (unsettled.get() || reply.taken != 1) {
+            self.contended.found_held(&a.call.keys.lock);
+        }
         // A lock taken counts the replicas that acknowledged it, as (got, asked).
         let acks = asked
             .filter(|_| reply.taken == 1)
             .map(|(replicas, _)| (got.unwrap_or(0), replicas));
-        Ok((reply, acks))
+        Ok((reply, acks, popped.into_inner()))
     }
 
     /// What an attempt's reply means (a lock taken that too few replicas acknowledged is
@@ -119,7 +153,7 @@ impl Single {
     fn attempt_outcome(
         &self,
         a: &Attempting<'_>,
-        (reply, acks): (AcquireReply, Option<(i64, u32)>),
+        (reply, acks, popped): SentAttempt,
         sent_at: Instant,
         later: &dyn CleanUpLater,
     ) -> Result<Attempted> {
@@ -161,6 +195,7 @@ impl Single {
                 },
                 contact: server_ms.map(|server_ms| Contact { sent_at, server_ms }),
                 own_place,
+                popped,
             }),
             AcquireReply { taken, value, .. } => Err(Error::new(
                 ErrorKind::Server,
@@ -260,15 +295,19 @@ impl Lessor for Single {
         let plainly = Cell::new(
             a.first
                 && a.protocol.plain_take(call) != PlainTake::Never
-                && self.seeded.contains(&keys.fence),
+                && self.seeded.contains(&keys.fence)
+                && !self.contended.lately(&keys.lock),
         );
+        // The pop behind the script on the first try only, as the plain commands.
+        let popping = Cell::new(call.pop.is_some());
         let mut resent = false;
         // Set when a plain take left the lock holding the token before the script's reply.
         let took = Cell::new(false);
         loop {
             let sent_at = Instant::now();
             let reply = self.connections.call(&keys.lock, doing, |c| {
-                self.send_attempt(c, a, &script, plainly.replace(false), &took)
+                let first_try = (plainly.replace(false), popping.replace(false));
+                self.send_attempt(c, a, &script, first_try, &took)
             });
             return match reply {
                 Ok(reply) => self.attempt_outcome(a, reply, sent_at, later),

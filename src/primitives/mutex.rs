@@ -169,10 +169,16 @@ pub(crate) fn taking_locks(body: &str) -> Script {
 /// these.
 pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> ScriptCall {
     let keys = call.keys;
-    ScriptCall::new(script)
+    let script = ScriptCall::new(script)
         .key(&keys.lock)
         .key(&keys.fence)
-        .key(&keys.waiting)
+        .key(&keys.waiting);
+    // The list a pop behind the call waits on (`mutex/acquire.lua`).
+    let script = match call.pop {
+        Some((notes, _)) => script.key(notes),
+        None => script,
+    };
+    script
         .arg(call.token)
         .arg(call.lease_ms())
         .arg(
@@ -272,9 +278,14 @@ impl Protocol for MutexProtocol {
     /// the client stays among the waiting (other threads of it wait), which only the script
     /// does, or the lock is likely held (a release handed it to this client since its last
     /// acquire: the script places the client in the same round trip, where plain commands
-    /// would cost a held lock a second one).
+    /// would cost a held lock a second one), or a pop waits behind the attempt.
     fn plain_take(&self, call: &AcquireCall<'_>) -> PlainTake {
-        match call.more || call.after || call.claim.is_some() || call.likely_held {
+        match call.more
+            || call.after
+            || call.claim.is_some()
+            || call.likely_held
+            || call.pop.is_some()
+        {
             true => PlainTake::Never,
             false => PlainTake::WhenFree,
         }

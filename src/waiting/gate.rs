@@ -411,6 +411,8 @@ pub(crate) struct Coming<'a> {
     key: Option<Arc<str>>,
     /// The holds of its shard's locks begun before its attempt.
     pub(crate) begun: HoldsBegun,
+    /// No other thread of the client came for the lock when this one did.
+    pub(crate) alone: bool,
 }
 
 impl Drop for Coming<'_> {
@@ -547,6 +549,16 @@ impl GatePass<'_> {
     /// (a yield) waits no more for that: a release may have named it since.
     pub(crate) fn others_wait(&self) -> bool {
         Self::others_in(&self.gates.shard(&self.key).lock(), self)
+    }
+
+    /// Whether a thread of this client comes for the lock, attempting outside the gate (see
+    /// [`Coming`]): it may be waiting for its client's note with a pop behind its attempt.
+    pub(crate) fn others_coming(&self) -> bool {
+        self.gates
+            .shard(&self.key)
+            .lock()
+            .coming
+            .contains_key(&self.key)
     }
 
     fn others_in(shard: &Shard, pass: &GatePass<'_>) -> bool {
@@ -706,11 +718,14 @@ impl Gates {
         if Self::waiters_in(&shard, key) {
             return None;
         }
-        *shard.coming.entry(Arc::clone(key)).or_insert(0) += 1;
+        let coming = shard.coming.entry(Arc::clone(key)).or_insert(0);
+        *coming += 1;
+        let alone = *coming == 1;
         Some(Coming {
             gates: self,
             key: Some(Arc::clone(key)),
             begun: HoldsBegun(shard.holds_begun),
+            alone,
         })
     }
 

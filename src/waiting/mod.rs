@@ -84,6 +84,10 @@ pub(crate) struct Turn {
     /// A release handed this client the lock since its last acquire: the lock passes
     /// between clients, and is likely held by another one now.
     pub(crate) likely_held: bool,
+    /// How long a blocking pop behind the attempt, in the same round trip, waits for the note
+    /// of a lock handed to the client (see [`Contending::notes`]): a first attempt's, whose
+    /// client is likely to be named soon ([`first_pop`]).
+    pub(crate) pop: Option<Duration>,
 }
 
 /// What a contending leader makes of the note of a lock that a release handed to its client
@@ -156,6 +160,32 @@ const POP_FOR: Duration = Duration::from_millis(50);
 
 /// A blocking pop shorter than this is not worth its command.
 const POP_AT_LEAST: Duration = Duration::from_millis(1);
+
+/// How long the first attempt of a thread that comes alone for a lock waits for its client's
+/// note with a pop behind the attempt, in the same round trip ([`Turn::pop`]), while notes
+/// come for the client (`subscription`'s: a release handed it the lock since its last
+/// acquire, or within [`POPS_WHILE_NOTED`]; the lock passes between clients): as long as a
+/// leader pops after an attempt ([`POP_FOR`], half the response timeout, never past
+/// `deadline`); `None` when no note came lately, or that is too short to be worth the
+/// command. The pop is at Redis when the release that names the client comes, however soon:
+/// a pop sent after the attempt's reply misses a release that comes in the meantime (two
+/// processes taking turns through a network: the note then waited for the pop at about one
+/// hand-off in three), and costs a round trip of its own. The attempt marks a failure that
+/// leaves the client no place, and a lock taken, so that the pop returns at once.
+pub(crate) fn first_pop(
+    config: &Config,
+    deadline: Option<Instant>,
+    subscription: &Subscription,
+) -> Option<Duration> {
+    if !subscription.named_before() && !subscription.noted_within(POPS_WHILE_NOTED) {
+        return None;
+    }
+    let mut timeout = POP_FOR.min(config.response_timeout / 2);
+    if let Some(deadline) = deadline {
+        timeout = timeout.min(deadline.saturating_duration_since(Instant::now()));
+    }
+    (timeout >= POP_AT_LEAST).then_some(timeout)
+}
 
 /// A leader pops only while notes come for its client, the last within this: the lock
 /// passes between clients, and a pop is likely to find the next soon. A waiter behind a long
@@ -309,10 +339,12 @@ pub(crate) fn contend<W>(
 
 /// A leader's wait for the note of a lock handed to its client with a blocking pop (see
 /// [`Contending::notes`]): its own connection wakes it, one wake-up fewer than through the
-/// subscriber thread. Only while notes come for its client ([`POPS_WHILE_NOTED`]) and no
+/// subscriber thread. Only while notes come for its client ([`POPS_WHILE_NOTED`]), no
 /// thread of it holds the lock (whose release passes it on within the client, which a thread
-/// in a blocking pop cannot be woken for: it takes no pass meanwhile), for at most
-/// [`POP_FOR`] and half the response timeout, never past the wait's hint or `deadline`.
+/// in a blocking pop cannot be woken for: it takes no pass meanwhile) and none comes for it
+/// (whose first attempt may have a pop behind it: the note it takes out is delivered to this
+/// leader, which a thread in a pop of its own would not see), for at most [`POP_FOR`] and
+/// half the response timeout, never past the wait's hint or `deadline`.
 /// Returns whether a note came (delivered as an announcement's), not one taken already; else
 /// the leader waits on as ever, and an announcement that came meanwhile ends that wait at
 /// once.
@@ -326,6 +358,7 @@ fn popped(
     if release == Release::Unannounced
         || !pause.noted_within(POPS_WHILE_NOTED)
         || pass.sibling_holds()
+        || pass.others_coming()
     {
         return false;
     }
@@ -408,6 +441,7 @@ impl Leading {
             claim,
             // An attempt after a wait is the script already.
             likely_held: false,
+            pop: None,
         }
     }
 }

@@ -1,6 +1,8 @@
 -- Take the lock if it is free.
 --
--- KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiting clients.
+-- KEYS[1]: the lock key; KEYS[2]: the fencing counter; KEYS[3]: the waiting clients; KEYS[4],
+-- when given: the list where releases leave the caller's client the note of a lock handed to
+-- it (waiters.lua), on which the caller pops behind this call in the same round trip.
 -- ARGV[1]: the token; ARGV[2]: the lease in milliseconds; ARGV[3]: what the caller does if
 -- the lock is held: '' gives up, 'wait' waits, 'more' waits and other threads of its client
 -- wait too (the client stays among the waiting when it takes the lock); either with
@@ -24,8 +26,18 @@
 --
 -- `SET ... NX GET` both takes a free lock and, on a held one, fails with `WRONGTYPE` when the
 -- key is not a string: the type check costs nothing. Needs errors.lua, fence.lua and take.lua.
+-- With KEYS[4], an attempt that leaves the client no place from which a release hands it the
+-- lock (it took the lock, gives up, waits for a holder that announces nothing, or failed)
+-- leaves an empty mark in the list, which the caller's pop takes at once instead of waiting
+-- for a note that will not come. The mark lasts a second, should the pop not come.
 local claim = ARGV[4]
 if claim == '' then
   claim = nil
 end
-return take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], claim)
+local reply = take_lock(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2], ARGV[3], claim)
+if KEYS[4] and not (reply[1] == 0 and reply[3]) then
+  if type(redis.pcall('RPUSH', KEYS[4], '')) == 'number' then
+    redis.call('PEXPIRE', KEYS[4], 1000)
+  end
+end
+return reply

@@ -85,6 +85,8 @@ struct Covered {
     claims_held: u32,
     /// Releases of a lock taken by the note of a claim.
     claims_released: u32,
+    /// Attempts whose client waits to be named, which leave no mark.
+    unmarked: u32,
     passed: u32,
     released: [u32; 3],
     named: u32,
@@ -149,7 +151,13 @@ fn run_step(
     }
 }
 
-/// `mutex/acquire.lua` for thread `(c, t)`'s attempt, its reply checked against the model's.
+/// A list for the mark an attempt leaves when its client waits for no note (`mutex/acquire.lua`,
+/// its fourth key): not the client's list of notes, which the model does not hold.
+const MARKS: &str = "m:{c}:marks";
+
+/// `mutex/acquire.lua` for thread `(c, t)`'s attempt, its reply checked against the model's,
+/// and its mark: left when the attempt took the lock or left the client no place, never when
+/// the client waits to be named.
 fn run_attempt(
     conn: &mut redis::Connection,
     model: &Handoff,
@@ -170,10 +178,22 @@ fn run_attempt(
         waits.to_owned(),
         String::new(),
     ];
-    let reply: Vec<Option<i64>> = eval(conn, mutex_script("mutex/acquire"), (&keys(), &args));
+    let [lock, fence, waiting] = keys();
+    let with_marks = [lock, fence, waiting, MARKS];
+    let reply: Vec<Option<i64>> = eval(conn, mutex_script("mutex/acquire"), (&with_marks, &args));
+    let marks: Vec<String> = redis::cmd("LRANGE")
+        .arg(MARKS)
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    redis::cmd("DEL").arg(MARKS).exec(conn).unwrap();
+    let marked = marks == [String::new()];
+    assert!(marks.len() <= 1, "{marks:?}");
     match model.thread(after, (c, t)) {
         Thread::Holding { fence, .. } => {
             assert_eq!(reply[0], Some(1), "{reply:?}");
+            assert!(marked, "a lock taken leaves no mark");
             let fence = i64::from(*fence);
             let taken = reply[1].expect("a fencing token");
             offset.0.get_or_insert(taken - fence);
@@ -184,6 +204,17 @@ fn run_attempt(
         }
         now => {
             assert_eq!(reply[0], Some(0), "{reply:?}");
+            if !after.redis.waiting.contains_key(&c) {
+                assert!(
+                    marked,
+                    "a client left without a place is not marked: {reply:?}"
+                );
+            }
+            // A waiter told the server's clock waits for a note.
+            if reply.get(2).copied().flatten().is_some() {
+                assert!(!marked, "a client waiting to be named is marked: {reply:?}");
+                covered.unmarked += 1;
+            }
             let placed = (after.redis.counter > before.redis.counter)
                 .then(|| offset.real(i64::from(after.redis.counter)));
             assert_eq!(reply.get(4).copied().flatten(), placed, "{reply:?}");
@@ -407,6 +438,7 @@ fn the_scripts_do_what_the_handoff_model_predicts() {
         c.taken,
         c.taken_with_more,
         c.held,
+        c.unmarked,
         c.placed_own,
         c.short,
         c.owed,
@@ -436,6 +468,7 @@ fn the_scripts_that_hand_the_lock_over_do_what_the_model_predicts() {
     let counts = [
         c.taken,
         c.held,
+        c.unmarked,
         c.placed_own,
         c.claims_held,
         c.claims_released,
