@@ -142,8 +142,8 @@ enum Plain {
     /// to them), or the value kept under it could not be read; the script then settles the
     /// attempt.
     GiveBack,
-    /// Only the script can tell.
-    Unsettled,
+    /// Only the script can tell; `held`: the `SET` found another token there.
+    Unsettled { held: bool },
 }
 
 /// The reply to an attempt, with how many replicas acknowledged its writes when some were
@@ -155,7 +155,8 @@ pub(crate) type Acknowledged = (AcquireReply, Option<i64>);
 /// settle it. When the plain `SET` took the lock but the script then did not (Redis ran out
 /// of memory between the two), `release` gives the lock back before the reply is returned.
 /// `took` is set when the plain `SET` took the lock and the script was sent to finish the
-/// take: if an error is returned then, the lock may hold the token.
+/// take: if an error is returned then, the lock may hold the token. `held` is set when the
+/// `SET` found the lock held by another token.
 ///
 /// `beside`: what the plain commands also do.
 pub(crate) fn acquire(
@@ -167,6 +168,7 @@ pub(crate) fn acquire(
         impl FnOnce() -> ScriptCall,
     ),
     took: &Cell<bool>,
+    held: &Cell<bool>,
 ) -> redis::RedisResult<Acknowledged> {
     // Until the server is known to take `SET … NX … GET`, the `SET` goes alone (a probe):
     // a server that refuses it (Redis 6.2) then counts nothing on the fencing counter, and
@@ -179,7 +181,10 @@ pub(crate) fn acquire(
     let lock = (keys, token, lease_ms);
     match plain(c, lock, beside, probing)? {
         (Plain::Settled(reply), acks) => Ok((reply, acks)),
-        (Plain::Unsettled, _) => script(c),
+        (Plain::Unsettled { held: found }, _) => {
+            held.set(found);
+            script(c)
+        }
         (Plain::GiveBack, _) => {
             took.set(true);
             release().invoke::<i64>(c)?;
@@ -317,12 +322,13 @@ fn plain(
             }
         }
         (Some(Ok(Value::Nil)), _) => Plain::Ours,
-        (Some(Ok(Value::BulkString(holder))), _)
-            if !beside.waits && holder.as_slice() != token.as_bytes() =>
-        {
-            Plain::Settled(AcquireReply::held_time_unread(lease_ms))
+        (Some(Ok(Value::BulkString(holder))), _) if holder.as_slice() != token.as_bytes() => {
+            match beside.waits {
+                false => Plain::Settled(AcquireReply::held_time_unread(lease_ms)),
+                true => Plain::Unsettled { held: true },
+            }
         }
-        _ => Plain::Unsettled,
+        _ => Plain::Unsettled { held: false },
     };
     Ok((plain, acks))
 }

@@ -111,15 +111,11 @@ impl Single {
                 (None, None) => Ok((script.invoke(c)?, None)),
             }
         };
-        // Set when the plain commands could not settle the attempt (the lock was held).
-        let unsettled = Cell::new(false);
+        // Set when the plain commands found the lock held by another token.
+        let held = Cell::new(false);
         let (reply, got) = match plainly {
             false => by_script(c)?,
             true => {
-                let by_script = |c: &mut Conn| {
-                    unsettled.set(true);
-                    by_script(c)
-                };
                 let (call, protocol) = (a.call, a.protocol);
                 let (keys, token) = (call.keys, call.token);
                 let beside = plain_take::Beside {
@@ -135,10 +131,11 @@ impl Single {
                     &beside,
                     (by_script, || protocol.release(keys, token)),
                     took,
+                    &held,
                 )?
             }
         };
-        if a.first && (unsettled.get() || reply.taken != 1) {
+        if a.first && (held.get() || reply.taken != 1) {
             self.contended.found_held(&a.call.keys.lock);
         }
         // A lock taken counts the replicas that acknowledged it, as (got, asked).
