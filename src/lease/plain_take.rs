@@ -142,7 +142,7 @@ enum Plain {
     /// to them), or the value kept under it could not be read; the script then settles the
     /// attempt.
     GiveBack,
-    /// Only the script can tell; `held`: the `SET` found another token there.
+    /// Only the script can tell; `held`: the `SET` found another client's token there.
     Unsettled { held: bool },
 }
 
@@ -156,7 +156,7 @@ pub(crate) type Acknowledged = (AcquireReply, Option<i64>);
 /// of memory between the two), `release` gives the lock back before the reply is returned.
 /// `took` is set when the plain `SET` took the lock and the script was sent to finish the
 /// take: if an error is returned then, the lock may hold the token. `held` is set when the
-/// `SET` found the lock held by another token.
+/// `SET` found the lock held by another client.
 ///
 /// `beside`: what the plain commands also do.
 pub(crate) fn acquire(
@@ -325,12 +325,22 @@ fn plain(
         (Some(Ok(Value::BulkString(holder))), _) if holder.as_slice() != token.as_bytes() => {
             match beside.waits {
                 false => Plain::Settled(AcquireReply::held_time_unread(lease_ms)),
-                true => Plain::Unsettled { held: true },
+                true => Plain::Unsettled {
+                    held: !same_client(&holder, token),
+                },
             }
         }
         _ => Plain::Unsettled { held: false },
     };
     Ok((plain, acks))
+}
+
+/// Whether `holder` is a token of the client whose token is `token` (the client id and a
+/// colon start both): a sibling thread's hold, which says nothing of other clients.
+fn same_client(holder: &[u8], token: &str) -> bool {
+    token
+        .find(':')
+        .is_some_and(|end| holder.starts_with(&token.as_bytes()[..=end]))
 }
 
 /// A value kept under a lock from the reply of its `GET` (`None` when there is none); `Err`
@@ -345,7 +355,17 @@ fn payload(value: Option<redis::RedisResult<Value>>) -> Result<Option<Vec<u8>>, 
 
 #[cfg(test)]
 mod tests {
-    use super::{SeededCounters, SEEDED_FENCE};
+    use super::{same_client, SeededCounters, SEEDED_FENCE};
+
+    #[test]
+    fn a_sibling_threads_token_is_of_the_same_client() {
+        let token = "0123abcd:7-2";
+        assert!(same_client(b"0123abcd:9-1", token));
+        assert!(same_client(b"0123abcd:h:1099511627777", token));
+        assert!(!same_client(b"4567ef01:7-2", token));
+        assert!(!same_client(b"0123abc", token));
+        assert!(!same_client(b"a bare token", token));
+    }
 
     #[test]
     fn a_thousand_counters_seen_are_all_kept() {

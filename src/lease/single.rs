@@ -111,7 +111,7 @@ impl Single {
                 (None, None) => Ok((script.invoke(c)?, None)),
             }
         };
-        // Set when the plain commands found the lock held by another token.
+        // Set when the plain commands found the lock held by another client.
         let held = Cell::new(false);
         let (reply, got) = match plainly {
             false => by_script(c)?,
@@ -135,7 +135,7 @@ impl Single {
                 )?
             }
         };
-        if a.first && (held.get() || reply.taken != 1) {
+        if held.get() {
             self.contended.found_held(&a.call.keys.lock);
         }
         // A lock taken counts the replicas that acknowledged it, as (got, asked).

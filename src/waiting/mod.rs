@@ -177,7 +177,7 @@ pub(crate) fn first_pop(
     deadline: Option<Instant>,
     subscription: &Subscription,
 ) -> Option<Duration> {
-    if !subscription.named_before() && !subscription.noted_within(POPS_WHILE_NOTED) {
+    if !subscription.named_before() && !subscription.noted_before_within(POPS_WHILE_NOTED) {
         return None;
     }
     let mut timeout = POP_FOR.min(config.response_timeout / 2);

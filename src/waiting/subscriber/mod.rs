@@ -277,6 +277,9 @@ pub(crate) struct Subscription {
     needed: usize,
     /// See [`named_before`](Self::named_before).
     named_before: bool,
+    /// When the last note for the client came on the channel, as of the subscription (see
+    /// [`Subscriber::subscribe_if_live`]).
+    noted_at: Option<Instant>,
 }
 
 impl Subscriber {
@@ -309,7 +312,8 @@ impl Subscriber {
     /// attempt made after this cannot miss an announcement), bumping `signal` on a wake-up.
     /// Cheap (no round trip, no wake-up).
     /// The subscription tells whether a note came for the client since
-    /// the last such call on the channel ([`Subscription::named_before`]).
+    /// the last such call on the channel ([`Subscription::named_before`]), and when the last
+    /// came ([`Subscription::noted_before_within`]).
     pub(crate) fn subscribe_if_live(
         &self,
         channel: &Arc<str>,
@@ -322,12 +326,13 @@ impl Subscriber {
         if !entry.confirmed {
             return None;
         }
-        let named = entry
-            .kept
-            .as_mut()
-            .is_some_and(|k| std::mem::take(&mut k.named));
+        let (named, noted_at) = match entry.kept.as_mut() {
+            Some(k) => (std::mem::take(&mut k.named), k.noted_at),
+            None => (false, None),
+        };
         let mut subscription = register(shared, entry, channel, (filter, notes), signal);
         subscription.named_before = named;
+        subscription.noted_at = noted_at;
         Some(subscription)
     }
 
@@ -445,6 +450,7 @@ fn register(
         others: Vec::new(),
         needed: 1,
         named_before: false,
+        noted_at: None,
     }
 }
 
@@ -622,6 +628,13 @@ impl Subscription {
             .channels
             .get(&self.channel)
             .is_some_and(|c| c.confirmed)
+    }
+
+    /// Whether, when this subscription was made by [`Subscriber::subscribe_if_live`], the last
+    /// note for its client had come within `within` of now (without the subscriber's lock,
+    /// which [`noted_within`](Self::noted_within) takes).
+    pub(crate) fn noted_before_within(&self, within: Duration) -> bool {
+        self.noted_at.is_some_and(|at| at.elapsed() < within)
     }
 
     /// Whether a note came for this subscription's client within `within`: the lock passes
