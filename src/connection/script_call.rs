@@ -141,29 +141,13 @@ impl ScriptCall {
         replicas: u32,
         timeout: Duration,
     ) -> redis::RedisResult<(T, i64)> {
-        let (mut packed, before) = self.packed_call(c);
-        packed
-            .command(3)
-            .bulk(b"WAIT")
-            .number(u64::from(replicas))
-            .number(millis(timeout));
-        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
-        if replies.get(before).is_some_and(is_noscript) {
-            // Redis lost its scripts: load this one, and send both once more.
-            self.script.load(c)?;
-            replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
-        }
-        let mut replies = replies.into_iter().skip(before);
-        let (Some(reply), Some(acks)) = (replies.next(), replies.next()) else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "a script call and WAIT got fewer than two replies",
-            )));
-        };
-        if let Value::ServerError(e) = reply {
-            return Err(e.into());
-        }
-        c.saw_script(self.script.get_hash());
+        let (reply, acks) = self.invoke_then(c, "WAIT", |packed| {
+            packed
+                .command(3)
+                .bulk(b"WAIT")
+                .number(u64::from(replicas))
+                .number(millis(timeout));
+        })?;
         let acks = match acks {
             Value::ServerError(e) => return Err(e.into()),
             acks => redis::from_redis_value(acks)?,
@@ -180,26 +164,10 @@ impl ScriptCall {
         key: &str,
         timeout: Duration,
     ) -> redis::RedisResult<(T, redis::RedisResult<Option<String>>)> {
-        let (mut packed, before) = self.packed_call(c);
         let seconds = format!("{:.3}", timeout.as_secs_f64());
-        packed.command_of(&[b"BLPOP", key.as_bytes(), seconds.as_bytes()]);
-        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
-        if replies.get(before).is_some_and(is_noscript) {
-            // Redis lost its scripts: load this one, and send both once more.
-            self.script.load(c)?;
-            replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
-        }
-        let mut replies = replies.into_iter().skip(before);
-        let (Some(reply), Some(popped)) = (replies.next(), replies.next()) else {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "a script call and BLPOP got fewer than two replies",
-            )));
-        };
-        if let Value::ServerError(e) = reply {
-            return Err(e.into());
-        }
-        c.saw_script(self.script.get_hash());
+        let (reply, popped) = self.invoke_then(c, "BLPOP", |packed| {
+            packed.command_of(&[b"BLPOP", key.as_bytes(), seconds.as_bytes()]);
+        })?;
         let popped = match popped {
             Value::ServerError(e) => Err(e.into()),
             popped => redis::from_redis_value::<Option<(String, String)>>(popped)
@@ -207,6 +175,38 @@ impl ScriptCall {
                 .map_err(redis::RedisError::from),
         };
         Ok((redis::from_redis_value(reply)?, popped))
+    }
+
+    /// Runs the call with the one command that `behind` packs (`name`) behind it in the same
+    /// round trip, the script loaded and both sent again when Redis lost it: the call's reply
+    /// (an error reply is the error), and the command's, as it came.
+    fn invoke_then(
+        &self,
+        c: &mut Conn,
+        name: &str,
+        behind: impl FnOnce(&mut Packed),
+    ) -> redis::RedisResult<(Value, Value)> {
+        let (mut packed, before) = self.packed_call(c);
+        behind(&mut packed);
+        let mut replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
+        if replies.get(before).is_some_and(is_noscript) {
+            // Redis lost its scripts: load this one, and send both once more.
+            self.script.load(c)?;
+            replies = c.req_packed_commands(packed.as_bytes(), 0, before + 2)?;
+        }
+        let mut replies = replies.into_iter().skip(before);
+        let (Some(reply), Some(next)) = (replies.next(), replies.next()) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "a script call and the command behind it got fewer than two replies",
+                name.to_owned(),
+            )));
+        };
+        if let Value::ServerError(e) = reply {
+            return Err(e.into());
+        }
+        c.saw_script(self.script.get_hash());
+        Ok((reply, next))
     }
 
     /// The call as Redis reads it (`EVALSHA`), to write without waiting for its reply (never

@@ -155,6 +155,19 @@ fn run_step(
 /// its fourth key): not the client's list of notes, which the model does not hold.
 const MARKS: &str = "m:{c}:marks";
 
+/// Whether the attempt just run left its mark (see [`MARKS`]), which is taken away.
+fn take_mark(conn: &mut redis::Connection) -> bool {
+    let marks: Vec<String> = redis::cmd("LRANGE")
+        .arg(MARKS)
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    redis::cmd("DEL").arg(MARKS).exec(conn).unwrap();
+    assert!(marks.len() <= 1, "{marks:?}");
+    marks == [String::new()]
+}
+
 /// `mutex/acquire.lua` for thread `(c, t)`'s attempt, its reply checked against the model's,
 /// and its mark: left when the attempt took the lock or left the client no place, never when
 /// the client waits to be named.
@@ -181,15 +194,7 @@ fn run_attempt(
     let [lock, fence, waiting] = keys();
     let with_marks = [lock, fence, waiting, MARKS];
     let reply: Vec<Option<i64>> = eval(conn, mutex_script("mutex/acquire"), (&with_marks, &args));
-    let marks: Vec<String> = redis::cmd("LRANGE")
-        .arg(MARKS)
-        .arg(0)
-        .arg(-1)
-        .query(conn)
-        .unwrap();
-    redis::cmd("DEL").arg(MARKS).exec(conn).unwrap();
-    let marked = marks == [String::new()];
-    assert!(marks.len() <= 1, "{marks:?}");
+    let marked = take_mark(conn);
     match model.thread(after, (c, t)) {
         Thread::Holding { fence, .. } => {
             assert_eq!(reply[0], Some(1), "{reply:?}");
