@@ -61,7 +61,7 @@ impl ContendedLocks {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// A first attempt found `lock` held (or its plain commands could not settle it).
+    /// A first attempt's plain `SET` found `lock` held by another client.
     pub(crate) fn found_held(&self, lock: &str) {
         let (hash, (key, at)) = self.place(lock);
         at.store(self.now_ms(), Ordering::Relaxed);

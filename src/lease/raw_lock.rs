@@ -801,8 +801,11 @@ impl RawLock {
                     told.heard(contact, own_place);
                 }
                 match popped {
+                    // Only a first attempt, which is told, pops.
                     Popped::Note(note) => {
-                        told.iter().for_each(|t| t.popped.set(Some(note.clone())))
+                        if let Some(told) = told {
+                            told.popped.set(Some(note));
+                        }
                     }
                     Popped::Refused(e) => self.refuse_pops(&e),
                     Popped::Nothing => {}

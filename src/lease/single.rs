@@ -18,7 +18,7 @@ use crate::lease::lessor::{
     Attempted, Attempting, Contact, HoldCall, Lessor, Popped, Renewing, Site, ValueAt,
 };
 use crate::lease::plain_take::{self, SeededCounters};
-use crate::lease::protocol::PlainTake;
+use crate::lease::protocol::{AcquireCall, PlainTake};
 use crate::lease::renewal::BATCH_SIZE;
 use crate::lease::replication::{self, LeaseWrite};
 use crate::lease::reply::AcquireReply;
@@ -75,20 +75,19 @@ impl Single {
     /// The round trip of one attempt on connection `c`: plain commands when `plainly` (`took`
     /// is set if they left the lock holding the token), else the script; with `WAIT` in the
     /// same round trip when replicas must hold the lease (the acknowledgements, as (got,
-    /// asked), of a lock taken), or else, when `popping`, the call's pop behind the script
-    /// (what it gave).
+    /// asked), of a lock taken), or else `popping`'s pop behind the script (what it gave).
     fn send_attempt(
         &self,
         c: &mut Conn,
         a: &Attempting<'_>,
         script: &LazyCell<ScriptCall, impl FnOnce() -> ScriptCall>,
-        (plainly, popping): (bool, bool),
+        (plainly, popping): (bool, Option<(&str, Duration)>),
         took: &Cell<bool>,
     ) -> redis::RedisResult<SentAttempt> {
         let asked = self.replicas_to_ask(LeaseWrite::Acquire, c)?;
         let popped = Cell::new(Popped::Nothing);
         let by_script = |c: &mut Conn| -> redis::RedisResult<plain_take::Acknowledged> {
-            match (asked, a.call.pop.filter(|_| popping)) {
+            match (asked, popping) {
                 (Some((replicas, timeout)), _) => {
                     let (reply, got) = script.invoke_and_wait(c, replicas, timeout)?;
                     Ok((reply, Some(got)))
@@ -281,7 +280,20 @@ impl Lessor for Single {
     /// as taken, so this is safe. Any other unknown outcome (a time-out) is reported at once,
     /// and the token-checked clean-up goes to the renewal thread.
     fn attempt(&self, a: &Attempting<'_>, later: &dyn CleanUpLater) -> Result<Attempted> {
-        let call = a.call;
+        // A pop rides behind the script only where no `WAIT` goes there (replica
+        // acknowledgements); elsewhere the script is not given the list to mark, since no pop
+        // would take the mark.
+        let unpopped;
+        let call = match a.call.pop.is_some() && self.acks.is_some() {
+            true => {
+                unpopped = AcquireCall {
+                    pop: None,
+                    ..*a.call
+                };
+                &unpopped
+            }
+            false => a.call,
+        };
         let keys = call.keys;
         let doing = Doing::lock("acquiring", a.name);
         // Built when first sent: an attempt that plain commands settle never sends it.
@@ -296,14 +308,14 @@ impl Lessor for Single {
                 && !self.contended.lately(&keys.lock),
         );
         // The pop behind the script on the first try only, as the plain commands.
-        let popping = Cell::new(call.pop.is_some());
+        let popping = Cell::new(call.pop);
         let mut resent = false;
         // Set when a plain take left the lock holding the token before the script's reply.
         let took = Cell::new(false);
         loop {
             let sent_at = Instant::now();
             let reply = self.connections.call(&keys.lock, doing, |c| {
-                let first_try = (plainly.replace(false), popping.replace(false));
+                let first_try = (plainly.replace(false), popping.replace(None));
                 self.send_attempt(c, a, &script, first_try, &took)
             });
             return match reply {
