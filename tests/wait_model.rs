@@ -16,7 +16,7 @@
 //! forgotten (a state in which nothing can happen any more while a thread still waits, so
 //! that only a re-check period would wake it), whether its client is missing from the waiting
 //! set (a lost place) or a release named another client that had nobody waiting (a stale
-//! place). Eleven versions of the protocol ([`Fix`]): before the fix of the lost place, of the
+//! place). Twelve versions of the protocol ([`Fix`]): before the fix of the lost place, of the
 //! stale place, of the early place, of the withdrawn place, of the place kept for nobody, of
 //! the turn after a yield and of the place of a waiter that gave up, each of which the model
 //! shows failing (its shortest counterexample); the protocol with those fixes; with the pass
@@ -27,7 +27,11 @@
 //! `Mutex`'s release on one deployment runs it: a release hands the lock to the client it
 //! names, whose leader takes it by the announcement's note without an attempt; it holds every
 //! property too, and no client is ever owed a turn in it (a named client is never beaten to
-//! the lock). A follower gives up only behind a leader: one whose deadline passes while
+//! the lock). And one step further, not yet what the scripts run (`Fix::PoppedNote`): a release
+//! that names a client whose first attempt has a pop waiting behind it, recorded in Redis,
+//! leaves the note to that pop and announces nothing; it holds every property, with the
+//! client refusing a note that reaches it twice (from its list after its announcement), and
+//! fails at once if the note left to the pop is lost. A follower gives up only behind a leader: one whose deadline passes while
 //! nobody leads is promoted and decides first, as `Gates::lead` makes it.
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing
@@ -284,6 +288,35 @@ fn the_handoff_in_the_release_keeps_every_property() {
             threads,
             acquisitions,
             fix: Fix::HandedOver,
+            faults,
+            give_up,
+        });
+    }
+}
+
+/// The pop behind a first attempt carries the note (`Fix::PoppedNote`): a release that names
+/// a client whose first attempt placed it with a pop behind it, recorded in Redis, leaves the
+/// note to that pop and announces nothing. Every property holds in the configurations of
+/// [`the_handoff_in_the_release_keeps_every_property`], with faults (a pop whose connection
+/// drops leaves the record behind, and the note it was given is lost as an announcement
+/// would be) and with waiters that give up.
+#[test]
+fn the_note_left_to_a_pop_keeps_every_property() {
+    let runs = [
+        (vec![1, 1], 2, false, false),
+        (vec![1, 1, 1], 1, false, false),
+        (vec![2, 1], 1, false, false),
+        (vec![2, 1], 1, true, false),
+        (vec![1, 1], 2, true, false),
+        (vec![2, 1], 1, false, true),
+        (vec![2, 1, 1], 1, false, true),
+        (vec![1, 1], 2, false, true),
+    ];
+    for (threads, acquisitions, faults, give_up) in runs {
+        assert_holds(Handoff {
+            threads,
+            acquisitions,
+            fix: Fix::PoppedNote,
             faults,
             give_up,
         });

@@ -8,7 +8,7 @@
 //! wake-up: a state in which it can do nothing else is one that only a re-check period would
 //! end, and the properties forbid it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use stateright::{Model, Property};
 
@@ -65,8 +65,13 @@ pub(crate) enum Thread {
     Idle,
     /// Its first attempt, outside the gate, is on its way to Redis (`seen`: wake-ups before
     /// it, on a subscription that was live already; `begun`: the client's holds begun
-    /// before it).
-    First { seen: u8, begun: u8 },
+    /// before it), with a pop of its client's notes behind it (`pops`; from
+    /// `Fix::PoppedNote`).
+    First { seen: u8, begun: u8, pops: bool },
+    /// Its first attempt found the lock held and placed its client; the pop behind it waits
+    /// for the client's note (`Redis::popping`) or has one on its way (`Redis::popped`),
+    /// before the thread enters the gate (from `Fix::PoppedNote`).
+    Popping { seen: u8, short: bool, begun: u8 },
     /// Its first attempt found the lock held (and put its client among the waiting): it
     /// enters the gate next, with what the attempt told (a short wait or not).
     FirstFailed { seen: u8, short: bool, begun: u8 },
@@ -149,6 +154,10 @@ pub(crate) struct Gate {
     /// tells it): a note at or below it is of a lock handed to the client before it left the
     /// waiting, which the withdrawal handed on (from `Fix::HandedOver`).
     pub(crate) withdrawn: u32,
+    /// The highest note the client took out: one that comes again (from the list, after its
+    /// announcement) is refused (`KeptNotes::taken`; kept from `Fix::PoppedNote`, where a
+    /// note reaches a client twice).
+    pub(crate) taken: u32,
 }
 
 /// Redis's keys of the lock, and the announcements on their way.
@@ -163,6 +172,18 @@ pub(crate) struct Redis {
     /// Announcements naming a client, not yet delivered, with the note of a lock handed to
     /// it (its fencing token; from `Fix::HandedOver`).
     pub(crate) in_flight: Vec<(u8, Option<u32>)>,
+    /// Clients whose first attempt placed them with a pop behind it, which Redis records for
+    /// a little less than the pop waits: a release that names such a client leaves the note
+    /// to the pop and announces nothing (from `Fix::PoppedNote`).
+    pub(crate) popping: BTreeSet<u8>,
+    /// The replies of pops on their way: the note a pop took, or none (a claim that ran out
+    /// since).
+    pub(crate) popped: BTreeMap<u8, Option<u32>>,
+    /// The note left in a client's list (`waiters.lua`) by an announced hand-off, which a pop
+    /// takes (from `Fix::PoppedNote`).
+    pub(crate) notes: BTreeMap<u8, u32>,
+    /// How many notes releases left to pops, announcing nothing.
+    pub(crate) left_to_pops: u8,
 }
 
 /// A thread: how many acquisitions it has left (the current one included), and what it does.
@@ -200,6 +221,19 @@ pub(crate) struct State {
 pub(crate) enum Action {
     /// A thread calls `lock()`.
     Lock(u8, u8),
+    /// A thread that comes alone calls `lock()`, with a pop behind its first attempt (from
+    /// `Fix::PoppedNote`).
+    LockPopping(u8, u8),
+    /// The reply of a pop behind a first attempt reaches its thread, which delivers the note
+    /// as an announcement's (`Subscription::deliver_note`) and goes on to the gate.
+    PopReturns(u8, u8),
+    /// The pop behind a first attempt times out (Redis's record of it ran out just before).
+    PopEnds(u8, u8),
+    /// Fault: the connection of a pop behind a first attempt drops; Redis's record of it
+    /// stays until it runs out.
+    PopLost(u8, u8),
+    /// A leader's own pop takes the note left in its client's list (`waiting::popped`).
+    DrainNote(u8),
     /// A thread calls `lock()` while a pass waits for its gate's leader, and takes that pass
     /// (from `Fix::Barging`).
     Barge(u8, u8),
@@ -301,6 +335,13 @@ pub(crate) enum Fix {
     /// sibling took its client's lock leaves its place to that sibling's hold. What a
     /// `Mutex`'s release on one deployment runs.
     HandedOver,
+    /// And a thread that comes alone has a pop of its client's notes behind its first
+    /// attempt, in the same round trip; an attempt that places its client with such a pop
+    /// records it in Redis (for a little less than the pop waits) unless a note waits in the
+    /// list already (which the pop takes at once), and a release that names a client so
+    /// recorded leaves the note to the pop alone, without an announcement: the pop delivers
+    /// it as an announcement would. A leader's own pop may take a note left in the list.
+    PoppedNote,
 }
 
 /// The protocol, for clients with these many threads, each making `acquisitions`; with the
@@ -417,6 +458,15 @@ impl Handoff {
             if self.fix >= Fix::HandedOver {
                 r.counter += 1;
                 r.lock = Some((client, CLAIM, r.counter as u8));
+                if self.fix >= Fix::PoppedNote {
+                    // A pop waits for the note: it takes it, and nothing is announced.
+                    if r.popping.remove(&client) {
+                        r.popped.insert(client, Some(r.counter));
+                        r.left_to_pops += 1;
+                        return;
+                    }
+                    r.notes.insert(client, r.counter);
+                }
                 r.in_flight.push((client, Some(r.counter)));
                 return;
             }
@@ -445,6 +495,15 @@ impl Handoff {
         for message in &mut s.redis.in_flight {
             if *message == (client, Some(fence)) {
                 message.1 = None;
+            }
+        }
+        // The list's note lasts as long as the claim.
+        if s.redis.notes.get(&client) == Some(&fence) {
+            s.redis.notes.remove(&client);
+        }
+        if let Some(note) = s.redis.popped.get_mut(&client) {
+            if *note == Some(fence) {
+                *note = None;
             }
         }
     }
@@ -482,6 +541,9 @@ impl Handoff {
         let Some(fence) = g.note.take() else {
             return false;
         };
+        if self.fix >= Fix::PoppedNote {
+            g.taken = fence;
+        }
         let more = g.inside > 1;
         let seen = g.signal;
         Self::leave_gate(s, c);
@@ -493,6 +555,17 @@ impl Handoff {
         // which the hold's release sets right, as after a winning attempt.
         self.begin_hold(s, (c, t), (c, CLAIM, fence as u8), fence, true);
         true
+    }
+
+    /// A note reaches client `c`'s gate (an announcement's, or a pop's): the highest wins,
+    /// and one taken out already is refused.
+    fn offer_note(&self, s: &mut State, c: u8, note: Option<u32>) {
+        let g = &mut s.gates[c as usize];
+        g.signal += 1;
+        // The highest note: a later hand-off has a higher fencing token, whatever order its
+        // announcement comes in.
+        let fresh = note.filter(|&fence| self.fix < Fix::PoppedNote || fence > g.taken);
+        g.note = g.note.max(fresh);
     }
 
     /// Records the score of a place a thread's attempt made while its own client held.
@@ -634,7 +707,7 @@ impl Handoff {
     fn run_attempt(&self, s: &mut State, last: &State, (c, t): (u8, u8)) -> Option<()> {
         let token = Self::token(last, (c, t));
         match self.thread(last, (c, t)).clone() {
-            Thread::First { seen, begun } => {
+            Thread::First { seen, begun, pops } => {
                 match self.acquire(&mut s.redis, token, Ask::plain()) {
                     Ok(fence) => {
                         self.arrived(s, c);
@@ -644,7 +717,21 @@ impl Handoff {
                     Err(refused) => {
                         Self::placed(s, (c, t), refused.placed);
                         let short = refused.short;
-                        Self::set(s, (c, t), Thread::FirstFailed { seen, short, begun });
+                        if pops {
+                            // A note in the list goes to the pop at once; else the pop
+                            // waits, and Redis records it.
+                            match s.redis.notes.remove(&c) {
+                                Some(fence) => {
+                                    s.redis.popped.insert(c, Some(fence));
+                                }
+                                None => {
+                                    s.redis.popping.insert(c);
+                                }
+                            }
+                            Self::set(s, (c, t), Thread::Popping { seen, short, begun });
+                        } else {
+                            Self::set(s, (c, t), Thread::FirstFailed { seen, short, begun });
+                        }
                     }
                 }
             }
@@ -903,6 +990,9 @@ impl Model for Handoff {
                 match &worker.now {
                     Thread::Idle if worker.left > 0 => {
                         actions.push(Action::Lock(c, t));
+                        if self.fix >= Fix::PoppedNote && g.coming == 0 && !Self::has_waiters(g) {
+                            actions.push(Action::LockPopping(c, t));
+                        }
                         if self.fix >= Fix::Barging && g.passed.is_some() {
                             actions.push(Action::Barge(c, t));
                         }
@@ -913,6 +1003,17 @@ impl Model for Handoff {
                     Thread::FirstFailed { .. } => {
                         actions.push(Action::EnterGate(c, t, false));
                         actions.push(Action::EnterGate(c, t, true));
+                    }
+                    Thread::Popping { .. } => {
+                        if s.redis.popped.contains_key(&c) {
+                            actions.push(Action::PopReturns(c, t));
+                        }
+                        if s.redis.popping.contains(&c) {
+                            actions.push(Action::PopEnds(c, t));
+                            if self.faults {
+                                actions.push(Action::PopLost(c, t));
+                            }
+                        }
                     }
                     Thread::Follower { .. } if g.leader.is_none() => {
                         actions.push(Action::Promote(c, t))
@@ -943,6 +1044,13 @@ impl Model for Handoff {
             }
             if g.yielded {
                 actions.push(Action::YieldEnds(c as u8));
+            }
+            // A leader pops while it sleeps (`waiting::popped`).
+            let leader_sleeps = g
+                .leader
+                .is_some_and(|l| matches!(threads[l as usize].now, Thread::Sleeping { .. }));
+            if s.redis.notes.contains_key(&(c as u8)) && leader_sleeps {
+                actions.push(Action::DrainNote(c as u8));
             }
         }
         for i in 0..s.redis.in_flight.len() {
@@ -989,17 +1097,44 @@ impl Model for Handoff {
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
         let mut s = last.clone();
         match action {
-            Action::Lock(c, t) => {
+            Action::Lock(c, t) | Action::LockPopping(c, t) => {
+                let pops = matches!(action, Action::LockPopping(..));
                 let g = &mut s.gates[c as usize];
                 if Self::has_waiters(g) {
+                    if pops {
+                        return None;
+                    }
                     Self::enter_gate(&mut s, (c, t), None);
                 } else {
                     if self.fix >= Fix::WithdrawnPlace {
                         g.coming += 1;
                     }
                     let (seen, begun) = (g.signal, g.begun);
-                    Self::set(&mut s, (c, t), Thread::First { seen, begun });
+                    Self::set(&mut s, (c, t), Thread::First { seen, begun, pops });
                 }
+            }
+            Action::PopReturns(c, t) => {
+                let Thread::Popping { seen, short, begun } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                let note = s.redis.popped.remove(&c)?;
+                self.offer_note(&mut s, c, note);
+                Self::set(&mut s, (c, t), Thread::FirstFailed { seen, short, begun });
+            }
+            Action::PopEnds(c, t) | Action::PopLost(c, t) => {
+                let Thread::Popping { seen, short, begun } = *self.thread(last, (c, t)) else {
+                    return None;
+                };
+                if matches!(action, Action::PopEnds(..)) {
+                    s.redis.popping.remove(&c);
+                } else {
+                    s.faulted = true;
+                }
+                Self::set(&mut s, (c, t), Thread::FirstFailed { seen, short, begun });
+            }
+            Action::DrainNote(c) => {
+                let fence = s.redis.notes.remove(&c)?;
+                self.offer_note(&mut s, c, Some(fence));
             }
             Action::RunAttempt(c, t) => self.run_attempt(&mut s, last, (c, t))?,
             Action::EnterGate(c, t, live) => {
@@ -1086,11 +1221,7 @@ impl Model for Handoff {
             Action::RunRelease(c, t) => self.run_release(&mut s, (c, t))?,
             Action::Deliver(i) => {
                 let (client, note) = s.redis.in_flight.remove(i);
-                let g = &mut s.gates[client as usize];
-                g.signal += 1;
-                // The highest note: a later hand-off has a higher fencing token, whatever
-                // order its announcement comes in.
-                g.note = g.note.max(note);
+                self.offer_note(&mut s, client, note);
             }
             Action::TurnExpires => {
                 if let Some(c) = s.redis.turn.take() {
@@ -1266,6 +1397,24 @@ impl Model for Handoff {
                             }
                         )
                     })
+                },
+            ));
+        }
+        if self.fix >= Fix::PoppedNote && !self.faults {
+            properties.push(Property::sometimes(
+                "a leader takes a lock whose note a release left to a pop",
+                |_, s: &State| {
+                    s.redis.left_to_pops > 0
+                        && s.redis.in_flight.is_empty()
+                        && s.threads.iter().flatten().any(|w| {
+                            matches!(
+                                w.now,
+                                Thread::Holding {
+                                    token: (_, CLAIM, _),
+                                    ..
+                                }
+                            )
+                        })
                 },
             ));
         }
