@@ -512,6 +512,32 @@ fn a_lock_passing_between_clients_is_waited_for_with_a_blocking_pop() {
     assert!(eventually(LIMIT, || lists().is_empty()), "{:?}", lists());
 }
 
+/// Two clients taking turns: a client wants the lock again while the other holds it, and
+/// its first attempt, with a pop behind it, records that pop in Redis (`mutex/acquire.lua`);
+/// the release that names it leaves the note to the pop and announces nothing
+/// (`mutex/waiters.lua`), so that its subscriber thread is not woken for a note already
+/// taken. Most hand-offs go unannounced, and every note is still taken once.
+#[test]
+fn a_note_left_to_a_waiting_pop_is_not_announced() {
+    let server = RedisServer::start();
+    let clients = [client(&server), client(&server)];
+    let announcements = || server.command_calls("spublish") + server.command_calls("publish");
+    let before = announcements();
+    let mut tokens = support::take_turns(&clients, "quiet", 200);
+    tokens.dedup();
+    assert_eq!(tokens.len(), 400, "a note was taken twice");
+    let handed: u64 = clients.iter().map(|c| c.stats().handed_over).sum();
+    let announced = announcements() - before;
+    assert!(
+        handed >= 50,
+        "the clients seldom took turns: {handed} hand-offs"
+    );
+    assert!(
+        announced * 2 < handed,
+        "{announced} of {handed} hand-offs were announced"
+    );
+}
+
 /// A client that a release handed the lock wants it again while another holds it: its first
 /// attempt goes to the acquire script, which places it among the waiting in one round trip,
 /// rather than plain commands that find the lock held and cost a second one.

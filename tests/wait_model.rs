@@ -27,11 +27,11 @@
 //! `Mutex`'s release on one deployment runs it: a release hands the lock to the client it
 //! names, whose leader takes it by the announcement's note without an attempt; it holds every
 //! property too, and no client is ever owed a turn in it (a named client is never beaten to
-//! the lock). And one step further, not yet what the scripts run (`Fix::PoppedNote`): a release
-//! that names a client whose first attempt has a pop waiting behind it, recorded in Redis,
-//! leaves the note to that pop and announces nothing; it holds every property, with the
-//! client refusing a note that reaches it twice (from its list after its announcement), and
-//! fails at once if the note left to the pop is lost. A follower gives up only behind a leader: one whose deadline passes while
+//! the lock). And the note left to a pop (`Fix::PoppedNote`), what the scripts run now: a
+//! release that names a client whose first attempt has a pop waiting behind it, recorded in
+//! Redis, leaves the note to that pop and announces nothing; it holds every property, with
+//! the client refusing a note that reaches it twice (from its list after its announcement),
+//! and fails at once if the note left to the pop is lost. A follower gives up only behind a leader: one whose deadline passes while
 //! nobody leads is promoted and decides first, as `Gates::lead` makes it.
 //!
 //! The `FairMutex`'s queue is a model of its own ([`fair`]), on the same lock key and fencing

@@ -41,6 +41,10 @@ pub(crate) struct LockContext {
     /// Set when Redis refused a blocking pop (an ACL user without `+blpop`): waiters wait
     /// for announcements alone from then on (see `RawLock::pop_note`).
     pub(crate) pop_refused: AtomicBool,
+    /// Set when a blocking pop of the client's brought a note: its first attempts then
+    /// record the pop behind them, so that a release leaves the note to it (see
+    /// `AcquireCall::pop_recorded`).
+    pub(crate) pops_answered: AtomicBool,
     /// The handles alive now (see [`Handle`]).
     handles: AtomicUsize,
 }
@@ -130,6 +134,7 @@ impl LockContext {
             at_shutdown: AtShutdown::default(),
             closed: AtomicBool::new(false),
             pop_refused: AtomicBool::new(false),
+            pops_answered: AtomicBool::new(false),
             handles: AtomicUsize::new(0),
         }
     }

@@ -113,6 +113,10 @@ pub(crate) struct AcquireCall<'a> {
     /// an attempt that leaves the client no place to be named from, so that the pop returns
     /// at once (`mutex/acquire.lua`).
     pub(crate) pop: Option<(&'a str, Duration)>,
+    /// With `pop`: the attempt records the pop in Redis, and a release that names the client
+    /// leaves the note to it, unannounced (`mutex/waiters.lua`). Only once a pop of the client
+    /// brought a note: a pop that Redis refuses (an ACL without `+blpop`) would lose it.
+    pub(crate) pop_recorded: bool,
 }
 
 impl AcquireCall<'_> {

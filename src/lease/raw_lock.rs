@@ -535,7 +535,13 @@ impl RawLock {
         });
         match popped {
             // An empty value is an attempt's mark (`mutex/acquire.lua`), not a note.
-            Ok(popped) => popped.map(|(_, note)| note).filter(|note| !note.is_empty()),
+            Ok(popped) => {
+                let note = popped.map(|(_, note)| note).filter(|note| !note.is_empty());
+                if note.is_some() {
+                    ctx.pops_answered.store(true, Ordering::Relaxed);
+                }
+                note
+            }
             Err(e) if e.kind() == ErrorKind::Auth => {
                 self.refuse_pops(&e);
                 None
@@ -767,6 +773,7 @@ impl RawLock {
             pop: notes
                 .as_ref()
                 .map(|(key, timeout)| (key.as_str(), *timeout)),
+            pop_recorded: ctx.pops_answered.load(Ordering::Relaxed),
         };
         let attempting = Attempting {
             protocol: self.protocol,
@@ -803,6 +810,7 @@ impl RawLock {
                 match popped {
                     // Only a first attempt, which is told, pops.
                     Popped::Note(note) => {
+                        ctx.pops_answered.store(true, Ordering::Relaxed);
                         if let Some(told) = told {
                             told.popped.set(Some(note));
                         }

@@ -178,7 +178,7 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         Some((notes, _)) => script.key(notes),
         None => script,
     };
-    script
+    let script = script
         .arg(call.token)
         .arg(call.lease_ms())
         .arg(
@@ -204,7 +204,13 @@ pub(crate) fn acquire_call(script: &'static Script, call: &AcquireCall<'_>) -> S
         .arg(
             call.claim
                 .map_or_else(String::new, |fence| fence.to_string()),
-        )
+        );
+    // How long that pop waits, when the attempt records it for a release to find
+    // (`mutex/acquire.lua`).
+    match call.pop {
+        Some((_, waits)) if call.pop_recorded => script.arg(waits.as_millis().to_string()),
+        _ => script,
+    }
 }
 
 /// Takes the lock if it is free: see `mutex/acquire.lua`.

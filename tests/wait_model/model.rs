@@ -333,14 +333,16 @@ pub(crate) enum Fix {
     /// the lock on), and so is one of a lock that ran out (a fault); the highest note wins. A
     /// leader with a note takes it rather than give up, and a waiter that gives up before a
     /// sibling took its client's lock leaves its place to that sibling's hold. What a
-    /// `Mutex`'s release on one deployment runs.
+    /// `Mutex`'s release on one deployment runs (before a pop of its client brought a note).
     HandedOver,
     /// And a thread that comes alone has a pop of its client's notes behind its first
     /// attempt, in the same round trip; an attempt that places its client with such a pop
     /// records it in Redis (for a little less than the pop waits) unless a note waits in the
     /// list already (which the pop takes at once), and a release that names a client so
     /// recorded leaves the note to the pop alone, without an announcement: the pop delivers
-    /// it as an announcement would. A leader's own pop may take a note left in the list.
+    /// it as an announcement would. A leader's own pop may take a note left in the list; the
+    /// release of a hold handed over spends the list. What a `Mutex` on one deployment runs
+    /// once a pop of its client brought a note.
     PoppedNote,
 }
 
@@ -710,6 +712,11 @@ impl Handoff {
             Thread::First { seen, begun, pops } => {
                 match self.acquire(&mut s.redis, token, Ask::plain()) {
                     Ok(fence) => {
+                        // The pop behind takes a note waiting in the list, at once; the
+                        // thread, holding, has no use for it.
+                        if pops {
+                            s.redis.notes.remove(&c);
+                        }
                         self.arrived(s, c);
                         Self::taken_in_redis(s, c);
                         self.begin_hold(s, (c, t), token, fence, false)
@@ -915,6 +922,11 @@ impl Handoff {
                 if s.redis.lock == Some(token) {
                     s.redis.lock = None;
                     let r = &mut s.redis;
+                    // The release of a hold handed over spends the list its note was left in
+                    // (`mutex/release_held.lua`).
+                    if self.fix >= Fix::PoppedNote && token.1 == CLAIM && place != Place::Never {
+                        r.notes.remove(&c);
+                    }
                     match place {
                         Place::Never => {}
                         Place::Keep => {

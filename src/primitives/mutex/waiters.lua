@@ -54,6 +54,9 @@ end
 -- the claim's length: the client's leading waiter, the only thread of it waiting in Redis for
 -- the lock, pops it with a blocking pop and is woken by its own connection rather than by
 -- the subscriber thread (a hint, as the announcement: a refusal does not fail the script).
+-- When a pop of the client's waits for it (recorded by the attempt it came behind, as
+-- `<list>:pop`: acquire.lua), the note goes to that pop alone, unannounced: the pop's thread
+-- delivers it as an announcement would (`Fix::PoppedNote` of the model).
 --
 -- Without them (a shared value's release, one over several instances, a forced one), the
 -- client named attempts; a client owed its turn (take.lua) gets the lock `lock` held for it
@@ -77,10 +80,15 @@ local function name_next(waiting, channel, lock, fence, claim_ms)
         local note = text .. ' ' .. string.format('%.0f', ends)
         local notes = waiting .. ':' .. client
         redis.pcall('DEL', notes)
-        if type(redis.pcall('RPUSH', notes, note)) == 'number' then
+        local pushed = type(redis.pcall('RPUSH', notes, note)) == 'number'
+        if pushed then
           redis.call('PEXPIRE', notes, claim_ms)
         end
-        announce(channel .. ':' .. client, client .. ' ' .. note)
+        -- A pop of the client's waits for the note (acquire.lua's record): it takes it, and
+        -- nothing is announced.
+        if not (pushed and redis.pcall('DEL', notes .. ':pop') == 1) then
+          announce(channel .. ':' .. client, client .. ' ' .. note)
+        end
         return true
       end
     end

@@ -31,6 +31,16 @@ fn client_id(c: u8) -> String {
     format!("{c:032x}")
 }
 
+/// A model client's list of notes (`mutex/waiters.lua`).
+fn notes_key(c: u8) -> String {
+    format!("{}:{}", KEYS.waiting.as_str(), client_id(c))
+}
+
+/// The record of a pop waiting on client `c`'s list (`mutex/acquire.lua`).
+fn pop_record(c: u8) -> String {
+    format!("{}:pop", notes_key(c))
+}
+
 /// The keys of an acquire and a pass: lock, fencing counter, waiting clients.
 fn keys() -> [&'static str; 3] {
     [&KEYS.lock, &KEYS.fence, &KEYS.waiting]
@@ -87,6 +97,13 @@ struct Covered {
     claims_released: u32,
     /// Attempts whose client waits to be named, which leave no mark.
     unmarked: u32,
+    /// First attempts with a pop behind them (from `Fix::PoppedNote`), those whose pop took
+    /// a note waiting in the list at once, releases that left their note to a pop, and
+    /// notes a leader's own pop took.
+    pops: u32,
+    popped_at_once: u32,
+    left_to_pops: u32,
+    drained: u32,
     passed: u32,
     released: [u32; 3],
     named: u32,
@@ -130,6 +147,10 @@ fn run_step(
             }
             covered.turns_expired += 1;
         }
+        Action::PopEnds(c, _) => {
+            // Time passes: the record of the pop runs out just before the pop does.
+            redis::cmd("DEL").arg(pop_record(c)).exec(conn).unwrap();
+        }
         Action::RunWithdraw(c, t) => {
             let Thread::Withdrawing { token } = *model.thread(before, (c, t)) else {
                 panic!("a withdrawal from {:?}", model.thread(before, (c, t)));
@@ -149,23 +170,67 @@ fn run_step(
         // The client's own steps, and a delivery: nothing in Redis changes.
         _ => {}
     }
+    if model.fix >= Fix::PoppedNote {
+        pop_notes(conn, (before, after), action, *offset, covered);
+    }
+}
+
+/// The pops the model's step made, on the real lists: a pop that took a note (at once, or
+/// one a release left to it), and a note a pop took out of the list otherwise (a leader's
+/// own, or one behind a winning attempt); each note popped is the one the model says. (A
+/// release's script removes a list it spends itself.)
+fn pop_notes(
+    conn: &mut redis::Connection,
+    (before, after): (&State, &State),
+    action: Action,
+    offset: Offset,
+    covered: &mut Covered,
+) {
+    let clients = before.gates.len() as u8;
+    for c in 0..clients {
+        let popped = match after.redis.popped.get(&c) {
+            Some(&note) if !before.redis.popped.contains_key(&c) => Some(note),
+            _ => None,
+        };
+        let gone = before.redis.notes.get(&c).copied();
+        let expected = match popped {
+            Some(note) => note,
+            None if gone.is_some()
+                && !after.redis.notes.contains_key(&c)
+                && matches!(action, Action::DrainNote(_) | Action::RunAttempt(..)) =>
+            {
+                covered.drained += 1;
+                gone
+            }
+            None => continue,
+        };
+        let note: Option<String> = redis::cmd("LPOP").arg(notes_key(c)).query(conn).unwrap();
+        let fence = note
+            .as_deref()
+            .and_then(|n| n.split(' ').next())
+            .and_then(|f| f.parse::<i64>().ok());
+        let expected = expected.map(|f| offset.real(i64::from(f)));
+        assert_eq!(fence, expected, "the note popped for client {c}: {note:?}");
+    }
+    covered.left_to_pops += u32::from(after.redis.left_to_pops > before.redis.left_to_pops);
 }
 
 /// A list for the mark an attempt leaves when its client waits for no note (`mutex/acquire.lua`,
-/// its fourth key): not the client's list of notes, which the model does not hold.
+/// its fourth key), for an attempt that has no pop behind it in the model: not the client's
+/// list of notes.
 const MARKS: &str = "m:{c}:marks";
 
-/// Whether the attempt just run left its mark (see [`MARKS`]), which is taken away.
-fn take_mark(conn: &mut redis::Connection) -> bool {
-    let marks: Vec<String> = redis::cmd("LRANGE")
-        .arg(MARKS)
+/// Whether the attempt just run left its mark in `list` (see [`MARKS`]; a client's own list
+/// with a pop behind the attempt), which is taken away as the pop would take it.
+fn take_mark(conn: &mut redis::Connection, list: &str) -> bool {
+    let removed: i64 = redis::cmd("LREM")
+        .arg(list)
         .arg(0)
-        .arg(-1)
+        .arg("")
         .query(conn)
         .unwrap();
-    redis::cmd("DEL").arg(MARKS).exec(conn).unwrap();
-    assert!(marks.len() <= 1, "{marks:?}");
-    marks == [String::new()]
+    assert!(removed <= 1, "{removed} marks");
+    removed == 1
 }
 
 /// `mutex/acquire.lua` for thread `(c, t)`'s attempt, its reply checked against the model's,
@@ -179,26 +244,41 @@ fn run_attempt(
     (offset, covered): (&mut Offset, &mut Covered),
 ) {
     let token = Handoff::token(before, (c, t));
-    let waits = match model.thread(before, (c, t)) {
-        Thread::First { .. } => "wait",
-        Thread::Attempting { ask, .. } => ask.waits(),
+    let (waits, pops) = match model.thread(before, (c, t)) {
+        Thread::First { pops, .. } => ("wait", *pops),
+        Thread::Attempting { ask, .. } => (ask.waits(), false),
         other => panic!("an attempt from {other:?}"),
     };
     // The model's attempts take no claim (only a note does, in the client): ARGV[4] is empty.
-    let args = [
+    // With a pop behind it, the client's list and how long the pop waits (no record runs out
+    // during a trace but by the model's step).
+    let mut args = vec![
         token_text(token, *offset),
         LEASE_MS.to_string(),
         waits.to_owned(),
         String::new(),
     ];
     let [lock, fence, waiting] = keys();
-    let with_marks = [lock, fence, waiting, MARKS];
+    let notes = notes_key(c);
+    let list = match pops {
+        true => {
+            args.push(LEASE_MS.to_string());
+            covered.pops += 1;
+            notes.as_str()
+        }
+        false => MARKS,
+    };
+    let with_marks = [lock, fence, waiting, list];
     let reply: Vec<Option<i64>> = eval(conn, mutex_script("mutex/acquire"), (&with_marks, &args));
-    let marked = take_mark(conn);
+    // A note waiting in the list goes to the pop at once: no mark then.
+    let at_once = pops && before.redis.notes.contains_key(&c);
+    covered.popped_at_once += u32::from(at_once);
+    let marked = take_mark(conn, list);
+    assert!(!(at_once && marked), "a mark behind a note: {reply:?}");
     match model.thread(after, (c, t)) {
         Thread::Holding { fence, .. } => {
             assert_eq!(reply[0], Some(1), "{reply:?}");
-            assert!(marked, "a lock taken leaves no mark");
+            assert!(marked || at_once, "a lock taken leaves no mark");
             let fence = i64::from(*fence);
             let taken = reply[1].expect("a fencing token");
             offset.0.get_or_insert(taken - fence);
@@ -209,7 +289,7 @@ fn run_attempt(
         }
         now => {
             assert_eq!(reply[0], Some(0), "{reply:?}");
-            if !after.redis.waiting.contains_key(&c) {
+            if !after.redis.waiting.contains_key(&c) && !at_once {
                 assert!(
                     marked,
                     "a client left without a place is not marked: {reply:?}"
@@ -391,6 +471,36 @@ fn compare_keys(conn: &mut redis::Connection, s: &State, offset: Offset, step: u
     }
 }
 
+/// The records of waiting pops and the notes in the clients' lists against the model's.
+fn compare_pops(conn: &mut redis::Connection, s: &State, offset: Offset, step: usize) {
+    for c in 0..s.gates.len() as u8 {
+        let recorded: bool = redis::cmd("EXISTS").arg(pop_record(c)).query(conn).unwrap();
+        let popping = s.redis.popping.contains(&c);
+        assert_eq!(recorded, popping, "the pop of client {c}, step {step}");
+        let notes: Vec<String> = redis::cmd("LRANGE")
+            .arg(notes_key(c))
+            .arg(0)
+            .arg(-1)
+            .query(conn)
+            .unwrap();
+        let fences: Vec<i64> = notes
+            .iter()
+            .filter_map(|n| n.split(' ').next()?.parse().ok())
+            .collect();
+        let predicted: Vec<i64> = s
+            .redis
+            .notes
+            .get(&c)
+            .map(|&f| offset.real(i64::from(f)))
+            .into_iter()
+            .collect();
+        assert_eq!(
+            fences, predicted,
+            "the notes of client {c}, step {step}: {notes:?}"
+        );
+    }
+}
+
 /// One random trace (`seed`) to its end, every step compared.
 fn run_trace(conn: &mut redis::Connection, model: &Handoff, seed: u64, covered: &mut Covered) {
     let mut offset = Offset::default();
@@ -408,6 +518,9 @@ fn run_trace(conn: &mut redis::Connection, model: &Handoff, seed: u64, covered: 
             );
             covered.named += u32::from(named);
             compare_keys(conn, after, offset, step);
+            if model.fix >= Fix::PoppedNote {
+                compare_pops(conn, after, offset, step);
+            }
         },
         |s| s.threads.iter().flatten().all(|w| w.now == Thread::Idle),
     );
@@ -483,4 +596,25 @@ fn the_scripts_that_hand_the_lock_over_do_what_the_model_predicts() {
     ];
     assert_each_ran(c, &counts);
     assert_eq!(c.owed + c.turns_taken + c.turns_expired, 0, "{covered:?}");
+}
+
+/// The scripts as a `Mutex`'s first attempt with a pop behind it runs them, and the releases
+/// that leave their note to such a pop, announcing nothing (`Fix::PoppedNote`).
+#[test]
+fn the_scripts_that_leave_a_note_to_a_pop_do_what_the_model_predicts() {
+    let covered = conform("model-conformance-popped", Fix::PoppedNote);
+    let c = &covered;
+    let counts = [
+        c.taken,
+        c.held,
+        c.unmarked,
+        c.claims_held,
+        c.claims_released,
+        c.named,
+        c.pops,
+        c.popped_at_once,
+        c.left_to_pops,
+        c.drained,
+    ];
+    assert_each_ran(c, &counts);
 }
