@@ -287,46 +287,67 @@ fn run_attempt(
             covered.taken_with_more += u32::from(waits.starts_with("more"));
             covered.turns_taken += u32::from(before.redis.turn == Some(c));
         }
-        now => {
-            assert_eq!(reply[0], Some(0), "{reply:?}");
-            if !after.redis.waiting.contains_key(&c) && !at_once {
-                assert!(
-                    marked,
-                    "a client left without a place is not marked: {reply:?}"
-                );
-            }
-            // A waiter told the server's clock waits for a note.
-            if reply.get(2).copied().flatten().is_some() {
-                assert!(!marked, "a client waiting to be named is marked: {reply:?}");
-                covered.unmarked += 1;
-            }
-            let placed = (after.redis.counter > before.redis.counter)
-                .then(|| offset.real(i64::from(after.redis.counter)));
-            assert_eq!(reply.get(4).copied().flatten(), placed, "{reply:?}");
-            // A short wait: the 5 ms behind the others, or what is left of a turn.
-            let short = matches!(
-                now,
-                Thread::Sleeping { short: true, .. } | Thread::FirstFailed { short: true, .. }
-            );
-            let hint = reply[1].unwrap_or(0).abs();
-            let told = match (short, before.redis.turn.is_some()) {
-                // What is left of a turn (held on by the test: see `hold_turn`).
-                (true, true) => hint > 0,
-                (true, false) => (1..=20).contains(&hint),
-                (false, _) => hint > 20,
-            };
-            assert!(told, "{now:?} told {reply:?}");
-            covered.held += 1;
-            covered.placed_own += u32::from(placed.is_some());
-            covered.short += u32::from(short);
-            covered.claims_held +=
-                u32::from(matches!(before.redis.lock, Some((h, CLAIM, _)) if h == c));
-            covered.owed += u32::from(
-                after.redis.waiting.get(&c) == Some(&OWED)
-                    && before.redis.waiting.get(&c) != Some(&OWED),
-            );
-        }
+        now => check_refused(
+            &reply,
+            now,
+            (before, after),
+            c,
+            (marked, at_once),
+            offset,
+            covered,
+        ),
     }
+}
+
+/// An attempt that found the lock held (`reply`), against the model's step to `now`: its
+/// mark (`at_once`: its pop took a note waiting in the list), the place and the wait it was
+/// told.
+fn check_refused(
+    reply: &[Option<i64>],
+    now: &Thread,
+    (before, after): (&State, &State),
+    c: u8,
+    (marked, at_once): (bool, bool),
+    offset: &Offset,
+    covered: &mut Covered,
+) {
+    assert_eq!(reply[0], Some(0), "{reply:?}");
+    if !after.redis.waiting.contains_key(&c) && !at_once {
+        assert!(
+            marked,
+            "a client left without a place is not marked: {reply:?}"
+        );
+    }
+    // A waiter told the server's clock waits for a note.
+    if reply.get(2).copied().flatten().is_some() {
+        assert!(!marked, "a client waiting to be named is marked: {reply:?}");
+        covered.unmarked += 1;
+    }
+    let placed = (after.redis.counter > before.redis.counter)
+        .then(|| offset.real(i64::from(after.redis.counter)));
+    assert_eq!(reply.get(4).copied().flatten(), placed, "{reply:?}");
+    // A short wait: the 5 ms behind the others, or what is left of a turn.
+    let short = matches!(
+        now,
+        Thread::Sleeping { short: true, .. }
+            | Thread::FirstFailed { short: true, .. }
+            | Thread::Popping { short: true, .. }
+    );
+    let hint = reply[1].unwrap_or(0).abs();
+    let told = match (short, before.redis.turn.is_some()) {
+        // What is left of a turn (held on by the test: see `hold_turn`).
+        (true, true) => hint > 0,
+        (true, false) => (1..=20).contains(&hint),
+        (false, _) => hint > 20,
+    };
+    assert!(told, "{now:?} told {reply:?}");
+    covered.held += 1;
+    covered.placed_own += u32::from(placed.is_some());
+    covered.short += u32::from(short);
+    covered.claims_held += u32::from(matches!(before.redis.lock, Some((h, CLAIM, _)) if h == c));
+    covered.owed += u32::from(
+        after.redis.waiting.get(&c) == Some(&OWED) && before.redis.waiting.get(&c) != Some(&OWED),
+    );
 }
 
 /// The pass or the release that `releasing` decided, its reply checked against the model's.
