@@ -538,6 +538,70 @@ fn a_note_left_to_a_waiting_pop_is_not_announced() {
     );
 }
 
+/// The client that a release handed the lock wants it again, and finds it free every time:
+/// the lock no longer passes between clients. After a pop behind a first attempt found it
+/// free twice, its first attempts go without a pop (`waiting::first_pop`), where without this
+/// every acquire within a second of the note would have sent the acquire script and a pop.
+#[test]
+fn first_attempts_that_find_the_lock_free_stop_popping_for_notes() {
+    let server = RedisServer::start();
+    let (holder, named) = (client(&server), client(&server));
+    handed_once(&server, (&holder, &named), "freed");
+    let pops = server.command_calls("blpop");
+    for _ in 0..10 {
+        named.mutex("freed").lock().unwrap().unlock().unwrap();
+    }
+    assert_eq!(named.stats().handed_over, 1, "{:?}", named.stats());
+    let popped = server.command_calls("blpop") - pops;
+    assert!(
+        popped <= 2,
+        "{popped} of 10 free takes had a pop behind them"
+    );
+}
+
+/// A client's channel for a lock that was contended once stays subscribed while its threads
+/// wait, and lingers a while after; acquires that find the lock free do not keep it: it is
+/// dropped after its linger time, however often the client takes the lock since.
+#[test]
+fn a_channel_that_only_free_takes_touch_is_dropped_after_its_linger() {
+    let server = RedisServer::start();
+    let (holder, named) = (client(&server), client(&server));
+    handed_once(&server, (&holder, &named), "lingers");
+    let kind = match support::server_version().redis_before(7, 0) {
+        true => "CHANNELS",
+        false => "SHARDCHANNELS",
+    };
+    let subscribed = || -> usize {
+        redis::cmd("PUBSUB")
+            .arg(kind)
+            .arg("redmutex:{lingers}:ch*")
+            .query::<Vec<String>>(&mut server.conn())
+            .map_or(0, |channels| channels.len())
+    };
+    assert!(subscribed() > 0, "the waiting client was not subscribed");
+    let m = named.mutex("lingers");
+    let dropped = eventually(LIMIT, || {
+        m.lock().unwrap().unlock().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        subscribed() == 0
+    });
+    assert!(dropped, "free takes kept the channel subscribed");
+    assert_eq!(named.stats().handed_over, 1, "{:?}", named.stats());
+}
+
+/// `named` waits for `name` while `holder` holds it, and is handed it by the release.
+fn handed_once(server: &RedisServer, (holder, named): (&Client, &Client), name: &str) {
+    // Taken once by a script: the client may take it with plain commands from now on.
+    named.mutex(name).lock().unwrap().unlock().unwrap();
+    let g = holder.mutex(name).lock().unwrap();
+    let m = named.mutex(name);
+    let t = std::thread::spawn(move || m.try_lock_for(LIMIT).unwrap().expect("handed").unlock());
+    assert!(eventually(LIMIT, || !waiting_clients(server, name).is_empty()));
+    g.unlock().unwrap();
+    t.join().unwrap().unwrap();
+    assert_eq!(named.stats().handed_over, 1, "{:?}", named.stats());
+}
+
 /// A client that a release handed the lock wants it again while another holds it: its first
 /// attempt goes to the acquire script, which places it among the waiting in one round trip,
 /// rather than plain commands that find the lock held and cost a second one.

@@ -489,7 +489,12 @@ impl RawLock {
         };
         let first = (places, turn, true);
         Ok(match self.attempt(keys, lease, token, first, Some(told))? {
-            Attempt::Acquired(guard) => ControlFlow::Break(Some(guard)),
+            Attempt::Acquired(guard) => {
+                if let Some(live) = live {
+                    live.end_unneeded(pop.is_some());
+                }
+                ControlFlow::Break(Some(guard))
+            }
             Attempt::Held(..) if !may_wait => {
                 ctx.counters.gave_up_at_once();
                 ControlFlow::Break(None)

@@ -143,6 +143,10 @@ struct KeptNotes {
     taken: u64,
     /// When the last note came: the lock passes between clients.
     noted_at: Option<Instant>,
+    /// First attempts with a pop behind them that took the lock, free, since the last note:
+    /// the lock may have stopped passing between clients (see
+    /// [`Subscription::free_takes`]).
+    free_takes: u32,
 }
 
 impl KeptNotes {
@@ -151,6 +155,7 @@ impl KeptNotes {
     /// Returns `false` for a note taken out already (see [`taken`](Self::taken)).
     fn offer(&mut self, note: &str) -> bool {
         self.noted_at = Some(Instant::now());
+        self.free_takes = 0;
         if note_fence(note).is_some_and(|fence| fence <= self.taken) {
             return false;
         }
@@ -280,6 +285,13 @@ pub(crate) struct Subscription {
     /// When the last note for the client came on the channel, as of the subscription (see
     /// [`Subscriber::subscribe_if_live`]).
     noted_at: Option<Instant>,
+    /// See [`free_takes`](Self::free_takes).
+    free_takes: u32,
+    /// Since when the channel had no other waiter, as of the subscription (`None`: it had
+    /// some); see [`end_unneeded`](Self::end_unneeded).
+    idle_before: Option<Instant>,
+    /// Ended already, by [`end_unneeded`](Self::end_unneeded): dropping it does nothing.
+    ended: bool,
 }
 
 impl Subscriber {
@@ -326,13 +338,16 @@ impl Subscriber {
         if !entry.confirmed {
             return None;
         }
-        let (named, noted_at) = match entry.kept.as_mut() {
-            Some(k) => (std::mem::take(&mut k.named), k.noted_at),
-            None => (false, None),
+        let (named, noted_at, free_takes) = match entry.kept.as_mut() {
+            Some(k) => (std::mem::take(&mut k.named), k.noted_at, k.free_takes),
+            None => (false, None, 0),
         };
+        let idle_before = entry.idle_since;
         let mut subscription = register(shared, entry, channel, (filter, notes), signal);
         subscription.named_before = named;
         subscription.noted_at = noted_at;
+        subscription.free_takes = free_takes;
+        subscription.idle_before = idle_before;
         Some(subscription)
     }
 
@@ -433,6 +448,7 @@ fn register(
             named: false,
             taken: 0,
             noted_at: None,
+            free_takes: 0,
         });
     }
     entry.registrations.insert(
@@ -451,6 +467,9 @@ fn register(
         needed: 1,
         named_before: false,
         noted_at: None,
+        free_takes: 0,
+        idle_before: None,
+        ended: false,
     }
 }
 
@@ -709,6 +728,54 @@ impl Subscription {
         self.named_before || self.others.iter().any(Subscription::named_before)
     }
 
+    /// How many first attempts with a pop behind them took the lock, free, between the last
+    /// note for the client and this subscription (see [`end_unneeded`](Self::end_unneeded)):
+    /// past a few, the lock has stopped passing between clients, and another pop behind a
+    /// first attempt would likely be spent on a free lock (`waiting::first_pop`).
+    pub(crate) fn free_takes(&self) -> u32 {
+        self.others
+            .iter()
+            .map(Subscription::free_takes)
+            .fold(self.free_takes, u32::max)
+    }
+
+    /// Ends a subscription that a first attempt made, which took the lock: the subscription
+    /// was not needed. The channel's idle time runs on from before it, so that a channel
+    /// that only such attempts touch is dropped after its linger time, as if they never came
+    /// (a lock once contended, then taken free by every acquire, would otherwise keep its
+    /// channel, and each acquire would register with the subscriber and leave it again).
+    /// `popped`: a pop rode behind the attempt, and is counted among the
+    /// [`free_takes`](Self::free_takes).
+    pub(crate) fn end_unneeded(mut self, popped: bool) {
+        self.end(true, popped);
+    }
+
+    /// Ends the interest, here and on the other servers. When this was the channel's last
+    /// waiter, the channel is idle from now, or (`unneeded`) from before the subscription;
+    /// `free_take` counts a free take by a first attempt with a pop behind it.
+    fn end(&mut self, unneeded: bool, free_take: bool) {
+        self.ended = true;
+        for other in &mut self.others {
+            other.end(unneeded, free_take);
+        }
+        let idle_since = self.idle_before.filter(|_| unneeded);
+        let mut state = self.shared.state.lock();
+        if let Some(entry) = state.channels.get_mut(&self.channel) {
+            entry.registrations.remove(&self.id);
+            if let (true, Some(kept)) = (free_take, entry.kept.as_mut()) {
+                kept.free_takes = kept.free_takes.saturating_add(1);
+            }
+            if entry.registrations.is_empty() {
+                if entry.lane.is_none() && !entry.confirmed {
+                    // Between lanes: nothing to unsubscribe.
+                    state.channels.remove(&self.channel);
+                } else {
+                    entry.idle_since = Some(idle_since.unwrap_or_else(Instant::now));
+                }
+            }
+        }
+    }
+
     /// Waits until a wake-up after `seen`, or `until`. Returns whether woken.
     pub(crate) fn wait(&self, seen: u64, until: Instant) -> bool {
         let mut generation = self.signal.generation.lock();
@@ -728,17 +795,8 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let mut state = self.shared.state.lock();
-        if let Some(entry) = state.channels.get_mut(&self.channel) {
-            entry.registrations.remove(&self.id);
-            if entry.registrations.is_empty() {
-                if entry.lane.is_none() && !entry.confirmed {
-                    // Between lanes: nothing to unsubscribe.
-                    state.channels.remove(&self.channel);
-                } else {
-                    entry.idle_since = Some(Instant::now());
-                }
-            }
+        if !self.ended {
+            self.end(false, false);
         }
     }
 }
