@@ -539,8 +539,8 @@ fn a_note_left_to_a_waiting_pop_is_not_announced() {
 }
 
 /// The client that a release handed the lock wants it again, and finds it free every time:
-/// the lock no longer passes between clients. After a pop behind a first attempt found it
-/// free twice, its first attempts go without a pop (`waiting::first_pop`), where without this
+/// the lock no longer passes between clients. After pops behind first attempts found it free
+/// eight times, its first attempts go without a pop (`waiting::first_pop`), where without this
 /// every acquire within a second of the note would have sent the acquire script and a pop.
 #[test]
 fn first_attempts_that_find_the_lock_free_stop_popping_for_notes() {
@@ -548,14 +548,14 @@ fn first_attempts_that_find_the_lock_free_stop_popping_for_notes() {
     let (holder, named) = (client(&server), client(&server));
     handed_once(&server, (&holder, &named), "freed");
     let pops = server.command_calls("blpop");
-    for _ in 0..10 {
+    for _ in 0..30 {
         named.mutex("freed").lock().unwrap().unlock().unwrap();
     }
     assert_eq!(named.stats().handed_over, 1, "{:?}", named.stats());
     let popped = server.command_calls("blpop") - pops;
     assert!(
-        popped <= 2,
-        "{popped} of 10 free takes had a pop behind them"
+        popped <= 8,
+        "{popped} of 30 free takes had a pop behind them"
     );
 }
 
