@@ -56,6 +56,21 @@ fn assert_holds(model: Handoff) {
     checker.assert_properties();
 }
 
+/// Every state of the version `fix` of the protocol, in each of `runs` (the threads of each
+/// client, the acquisitions of each thread, faults, a waiter that gives up), in which every
+/// property must hold.
+fn assert_holds_in<const N: usize>(fix: Fix, runs: [(Vec<u8>, u8, bool, bool); N]) {
+    for (threads, acquisitions, faults, give_up) in runs {
+        assert_holds(Handoff {
+            threads,
+            acquisitions,
+            fix,
+            faults,
+            give_up,
+        });
+    }
+}
+
 /// The version `fix` of the protocol, explored breadth first until `property` fails, which
 /// must: its shortest counterexample. Exclusion and rising tokens hold in what was explored.
 fn counterexample(fix: Fix, property: &'static str) -> Vec<Action> {
@@ -283,15 +298,7 @@ fn the_handoff_in_the_release_keeps_every_property() {
         (vec![2, 1, 1], 1, false, true),
         (vec![1, 1], 2, false, true),
     ];
-    for (threads, acquisitions, faults, give_up) in runs {
-        assert_holds(Handoff {
-            threads,
-            acquisitions,
-            fix: Fix::HandedOver,
-            faults,
-            give_up,
-        });
-    }
+    assert_holds_in(Fix::HandedOver, runs);
 }
 
 /// The pop behind a first attempt carries the note (`Fix::PoppedNote`): a release that names
@@ -312,13 +319,5 @@ fn the_note_left_to_a_pop_keeps_every_property() {
         (vec![2, 1, 1], 1, false, true),
         (vec![1, 1], 2, false, true),
     ];
-    for (threads, acquisitions, faults, give_up) in runs {
-        assert_holds(Handoff {
-            threads,
-            acquisitions,
-            fix: Fix::PoppedNote,
-            faults,
-            give_up,
-        });
-    }
+    assert_holds_in(Fix::PoppedNote, runs);
 }
